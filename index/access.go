@@ -1,0 +1,79 @@
+package index
+
+// GroupResource names a resource the way RBAC rules do: API group plus
+// plural resource name.
+type GroupResource struct {
+	Group    string
+	Resource string
+}
+
+// Access describes which objects one viewer may see. authz computes it from
+// each cluster's RBAC; the index applies it inside queries, facets and the
+// change feed, before pagination and counting, so pages are full and totals
+// never count hidden objects.
+//
+// The zero value sees nothing. Access values are immutable once built and
+// may be shared between goroutines and cached.
+type Access struct {
+	// All means every object in every cluster is visible.
+	All bool
+	// Clusters holds what is visible per cluster. A cluster that is absent
+	// shows nothing.
+	Clusters map[string]*ClusterAccess
+}
+
+// ClusterAccess is what a viewer may see in one cluster. An object is
+// visible when any one of the fields allows it.
+type ClusterAccess struct {
+	// All means every object of the cluster is visible.
+	All bool
+	// Everywhere lists resources the viewer may list cluster-wide: every
+	// object of those resources, namespaced or not, is visible.
+	Everywhere map[GroupResource]struct{}
+	// Namespaces lists, per namespace, the namespaced resources the viewer
+	// may list in that namespace.
+	Namespaces map[string]map[GroupResource]struct{}
+	// Named lists single objects the viewer may get by name. For
+	// cluster-scoped objects Namespace is empty.
+	Named map[NamedObject]struct{}
+}
+
+// NamedObject is one object that is visible by name only.
+type NamedObject struct {
+	GroupResource
+	Namespace string
+	Name      string
+}
+
+// Allows reports whether the object with this resource, namespace and name
+// in this cluster is visible. Queries use cheaper plans where they can; this
+// is the definition they must agree with.
+func (a *Access) Allows(cluster string, gr GroupResource, namespace, name string) bool {
+	if a == nil {
+		return false
+	}
+	if a.All {
+		return true
+	}
+	return a.Clusters[cluster].Allows(gr, namespace, name)
+}
+
+// Allows reports whether the object is visible in this cluster.
+func (c *ClusterAccess) Allows(gr GroupResource, namespace, name string) bool {
+	if c == nil {
+		return false
+	}
+	if c.All {
+		return true
+	}
+	if _, ok := c.Everywhere[gr]; ok {
+		return true
+	}
+	if namespace != "" {
+		if _, ok := c.Namespaces[namespace][gr]; ok {
+			return true
+		}
+	}
+	_, ok := c.Named[NamedObject{GroupResource: gr, Namespace: namespace, Name: name}]
+	return ok
+}

@@ -1,0 +1,16 @@
+// Package index holds the fleet's state: one normalized row per object of
+// every cluster, the clusters themselves, and each cluster's RBAC rows, in an
+// in-memory go-memdb database.
+//
+// It is the only source for queries and subscriptions. Rows enter only
+// through the Sink interface (Replace, Upsert, Delete, ReportKindError), so
+// that pull collectors, edge sessions and, later, a replicated stream all
+// write the same way. Every row is a plain, serializable value.
+//
+// The package answers list, filter, paginate and facet queries with an
+// access hook (Access) computed by authz, and publishes a change feed with a
+// global sequence number that subscriptions resume from.
+//
+// It does not talk to Kubernetes, evaluate RBAC rules, or know about
+// GraphQL: it imports no Kubernetes client code.
+package index
