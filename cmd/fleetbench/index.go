@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/index/indextest"
+)
+
+// runIndex ingests the synthetic fleet into an index.Store and measures
+// ingest throughput, live heap per object, the latency of the queries of
+// issue 3 (Q1..Q6) and Q3 under churn, then prints:
+//
+//	index: objects=N ingest_per_s=X heap_bytes_per_object=Y q1_p99_us=... churn_q3_p99_us=...
+func runIndex(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("index", flag.ContinueOnError)
+	fleet := indextest.DefaultFleet()
+	fs.IntVar(&fleet.Clusters, "clusters", fleet.Clusters, "clusters in the synthetic fleet")
+	fs.IntVar(&fleet.Namespaces, "namespaces", fleet.Namespaces, "namespaces per cluster")
+	fs.IntVar(&fleet.PerNamespace, "per-namespace", fleet.PerNamespace, "objects per namespace")
+	batch := fs.Int("batch", 1000, "rows per ingest transaction")
+	iters := fs.Int("iterations", 2000, "timed runs of each query")
+	churnRate := fs.Int("churn-rate", 20000, "updates per second during the churn measurement")
+	churnFor := fs.Duration("churn-duration", 3*time.Second, "how long to measure Q3 under churn")
+	verbose := fs.Bool("v", false, "print details to stderr")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the ingest phase to this file")
+	memProfile := fs.String("memprofile", "", "write a heap profile after the ingest to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	logf := func(format string, a ...any) {
+		if *verbose {
+			fmt.Fprintf(os.Stderr, format+"\n", a...)
+		}
+	}
+
+	s := index.New()
+	heapBefore := liveHeap()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+	}
+	var ingest time.Duration
+	err := fleet.Each(*batch, func(rows []index.Object) error {
+		start := time.Now()
+		err := s.UpsertBatch(ctx, rows)
+		ingest += time.Since(start)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	pprof.StopCPUProfile()
+	n := fleet.Size()
+	heap := liveHeap() - heapBefore
+	if *memProfile != "" {
+		f, err := os.Create(*memProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+			return err
+		}
+	}
+	for c := range fleet.Clusters {
+		if err := s.UpsertCluster(ctx, index.Cluster{Name: indextest.ClusterName(c), State: index.StateConnected, Mode: index.ModePull}); err != nil {
+			return err
+		}
+	}
+	logf("ingested %d objects in %v, heap %d MiB", n, ingest, heap>>20)
+
+	admin := &index.Access{All: true}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	q3 := index.Query{
+		Filter: index.Filter{Kinds: []string{"Kustomization"}, Statuses: []index.Status{index.StatusUnhealthy}},
+		Order:  index.Order{Field: index.OrderName}, First: 100, Access: admin,
+	}
+	q6a, q6b := q3, q3
+	q6a.Access = fleet.NamespaceAccess(5, 10)
+	q6b.Access = fleet.NamespaceAccess(100, 200)
+
+	type measure struct {
+		name string
+		fn   func() error
+	}
+	query := func(q index.Query) func() error {
+		return func() error {
+			_, err := s.Query(ctx, q)
+			return err
+		}
+	}
+	results := map[string]time.Duration{}
+	for _, m := range []measure{
+		{"q1", func() error {
+			o := fleet.Object(rnd.IntN(n))
+			if _, ok := s.Get(o.Key()); !ok {
+				return fmt.Errorf("q1: %s not found", o.Key())
+			}
+			return nil
+		}},
+		{"q2", func() error {
+			i := rnd.IntN(n)
+			o := fleet.Object(i)
+			_, err := s.Query(ctx, index.Query{
+				Filter: index.Filter{Clusters: []string{o.Cluster}, Namespaces: []string{o.Namespace}, Kinds: []string{o.Kind}},
+				First:  100, Access: admin,
+			})
+			return err
+		}},
+		{"q3", query(q3)},
+		{"q4", query(index.Query{Filter: index.Filter{LabelSelector: "app=v0"}, First: 100, Access: admin})},
+		{"q5", func() error {
+			_, err := s.Facets(ctx, index.Filter{}, admin)
+			return err
+		}},
+		{"q6a", query(q6a)},
+		{"q6b", query(q6b)},
+	} {
+		d, err := p99(*iters, m.fn)
+		if err != nil {
+			return fmt.Errorf("%s: %w", m.name, err)
+		}
+		results[m.name] = d
+		logf("%s p99 %v", m.name, d)
+	}
+
+	churn, err := churnQ3(ctx, s, fleet, q3, *churnRate, *churnFor)
+	if err != nil {
+		return fmt.Errorf("churn: %w", err)
+	}
+	us := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d.Nanoseconds())/1e3) }
+	fmt.Printf("index: objects=%d ingest_per_s=%.0f heap_bytes_per_object=%.0f q1_p99_us=%s q2_p99_us=%s q3_p99_us=%s q4_p99_us=%s q5_p99_us=%s q6a_p99_us=%s q6b_p99_us=%s churn_q3_p99_us=%s\n",
+		n, float64(n)/ingest.Seconds(), float64(heap)/float64(n),
+		us(results["q1"]), us(results["q2"]), us(results["q3"]), us(results["q4"]), us(results["q5"]),
+		us(results["q6a"]), us(results["q6b"]), us(churn))
+	runtime.KeepAlive(s)
+	return nil
+}
+
+// liveHeap returns the live heap after a full collection.
+func liveHeap() int64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+// p99 runs fn after a warm-up and returns the 99th percentile duration.
+func p99(iters int, fn func() error) (time.Duration, error) {
+	for range min(iters/10, 100) {
+		if err := fn(); err != nil {
+			return 0, err
+		}
+	}
+	ds := make([]time.Duration, iters)
+	for i := range ds {
+		start := time.Now()
+		if err := fn(); err != nil {
+			return 0, err
+		}
+		ds[i] = time.Since(start)
+	}
+	slices.Sort(ds)
+	return ds[len(ds)*99/100], nil
+}
+
+// churnQ3 applies rate single-object updates per second (new versions of
+// random objects, each a real change) from one goroutine while measuring
+// Q3, and returns Q3's p99.
+func churnQ3(ctx context.Context, s *index.Store, fleet indextest.Fleet, q index.Query, rate int, d time.Duration) (time.Duration, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var churnErr error
+	applied := 0
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rnd := rand.New(rand.NewPCG(3, 4))
+		const tick = time.Millisecond
+		perTick := max(1, rate/1000)
+		next := time.Now()
+		version := 1
+		for ctx.Err() == nil {
+			for range perTick {
+				if err := s.Upsert(ctx, fleet.Version(rnd.IntN(fleet.Size()), version)); err != nil {
+					if ctx.Err() == nil {
+						churnErr = err
+					}
+					return
+				}
+				version++
+				applied++
+			}
+			next = next.Add(tick)
+			if w := time.Until(next); w > 0 {
+				time.Sleep(w)
+			}
+		}
+	}()
+	var ds []time.Duration
+	start := time.Now()
+	for time.Since(start) < d {
+		t := time.Now()
+		if _, err := s.Query(ctx, q); err != nil {
+			return 0, err
+		}
+		ds = append(ds, time.Since(t))
+		time.Sleep(200 * time.Microsecond)
+	}
+	cancel()
+	wg.Wait()
+	if churnErr != nil {
+		return 0, churnErr
+	}
+	if got := float64(applied) / time.Since(start).Seconds(); got < 0.9*float64(rate) {
+		return 0, fmt.Errorf("churn reached only %.0f updates/s of %d", got, rate)
+	}
+	slices.Sort(ds)
+	return ds[len(ds)*99/100], nil
+}

@@ -1,0 +1,32 @@
+// Command fleetbench runs fleetgraph's benchmarks and prints one
+// machine-readable summary line per benchmark ("name: key=value ..."), so
+// results can be compared run to run.
+//
+//	fleetbench index [flags]   the index benchmark at 1M objects
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "fleetbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	commands := map[string]func(context.Context, []string) error{
+		"index": runIndex,
+	}
+	if len(args) == 0 || commands[args[0]] == nil {
+		return fmt.Errorf("usage: fleetbench index [flags]")
+	}
+	return commands[args[0]](ctx, args[1:])
+}

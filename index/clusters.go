@@ -1,0 +1,165 @@
+package index
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-memdb"
+)
+
+// UpsertCluster adds or changes a cluster row. The connection package calls
+// it on every state transition; an unchanged row publishes nothing, a
+// changed one publishes EventCluster with the previous row.
+func (s *Store) UpsertCluster(ctx context.Context, c Cluster) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("index: upsert cluster %q: %w", c.Name, err)
+	}
+	if c.Name == "" || strings.IndexByte(c.Name, 0) >= 0 {
+		return fmt.Errorf("%w: cluster name %q", ErrInvalidRow, c.Name)
+	}
+	return s.write(func(w *writeTxn) error {
+		raw, err := w.txn.First(tableClusters, indexID, memKey(compoundKey(c.Name)))
+		must(err)
+		old, _ := raw.(*Cluster)
+		if old != nil && equalClusters(old, &c) {
+			return nil
+		}
+		nc := c
+		must(w.txn.Insert(tableClusters, &nc))
+		w.emit(&Event{Type: EventCluster, Cluster: c.Name, ClusterRow: &nc, PreviousCluster: old})
+		w.touch(tableClusters, c.Name)
+		return nil
+	})
+}
+
+func equalClusters(a, b *Cluster) bool {
+	return a.Name == b.Name && a.Mode == b.Mode && a.State == b.State && a.Since.Equal(b.Since) &&
+		a.LastSeen.Equal(b.LastSeen) && a.LastError == b.LastError && a.Synced == b.Synced &&
+		maps.Equal(a.Labels, b.Labels) && maps.Equal(a.Metadata, b.Metadata)
+}
+
+// RemoveCluster removes a cluster: its row, every object (published as
+// EventDeleted), its RBAC rows and kinds (published as one EventPolicy), and
+// then EventClusterRemoved. Removing an unknown cluster is not an error.
+func (s *Store) RemoveCluster(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("index: remove cluster %q: %w", name, err)
+	}
+	return s.write(func(w *writeTxn) error {
+		x := w.s.x
+		if cid, ok := x.clusters.lookup(name); ok && int(cid) < len(x.byCluster) && x.byCluster[cid] != nil {
+			var rows []*objRow
+			x.byCluster[cid].rows.each(func(rid uint32) bool {
+				rows = append(rows, x.rows[rid])
+				return true
+			})
+			for _, r := range rows {
+				w.deleteObject(r)
+			}
+		}
+		w.deleteClusterPolicy(name)
+		n, err := w.txn.DeleteAll(tableKinds, indexIDPrefix, memKey(compoundKey(name)))
+		must(err)
+		if n > 0 {
+			w.policyChanged(name)
+			w.touch(tableKinds, name)
+		}
+		raw, err := w.txn.First(tableClusters, indexID, memKey(compoundKey(name)))
+		must(err)
+		if raw != nil {
+			must(w.txn.Delete(tableClusters, raw))
+			w.emit(&Event{Type: EventClusterRemoved, Cluster: name, PreviousCluster: raw.(*Cluster)})
+			w.touch(tableClusters, name)
+		}
+		return nil
+	})
+}
+
+// GetCluster returns a cluster row and, when ws is not nil, watches it.
+// The row is shared and must not be mutated.
+func (s *Store) GetCluster(ws memdb.WatchSet, name string) (*Cluster, bool) {
+	ch, raw, err := s.db.Txn(false).FirstWatch(tableClusters, indexID, memKey(compoundKey(name)))
+	must(err)
+	ws.Add(ch)
+	c, ok := raw.(*Cluster)
+	return c, ok
+}
+
+// ListClusters returns every cluster row in name order and, when ws is not
+// nil, watches the table.
+func (s *Store) ListClusters(ws memdb.WatchSet) []*Cluster {
+	return listAs[*Cluster](s, ws, tableClusters, "")
+}
+
+// KindError is a kind of a cluster that cannot be collected.
+type KindError struct {
+	Kind  Kind
+	Error string
+	Since time.Time
+}
+
+// ReportKindError implements Sink. It records the error on the kind; the
+// kind's rows stay as last known.
+func (s *Store) ReportKindError(ctx context.Context, cluster string, kind Kind, kerr error) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("index: report kind error: %w", err)
+	}
+	if cluster == "" || kind.Kind == "" || strings.IndexByte(cluster+kind.Group+kind.Kind, 0) >= 0 {
+		return fmt.Errorf("%w: ReportKindError needs a cluster and a kind", ErrInvalidRow)
+	}
+	msg := "unknown error"
+	if kerr != nil {
+		msg = kerr.Error()
+	}
+	return s.write(func(w *writeTxn) error {
+		w.recordKind(cluster, kind, false, msg)
+		return nil
+	})
+}
+
+// recordKind updates the kinds row of (cluster, kind). present records a
+// successful Replace (which also clears the error); otherwise errMsg is the
+// new error and Present is kept.
+func (w *writeTxn) recordKind(cluster string, kind Kind, present bool, errMsg string) {
+	raw, err := w.txn.First(tableKinds, indexID, memKey(compoundKey(cluster, kind.Group, kind.Kind)))
+	must(err)
+	old, _ := raw.(*kindRow)
+	nr := &kindRow{Cluster: cluster, Kind: kind, Present: present, Err: errMsg}
+	if old != nil {
+		if !present {
+			nr.Kind, nr.Present = old.Kind, old.Present
+			if old.Err == errMsg {
+				nr.ErrAt = old.ErrAt
+			}
+		}
+	}
+	if errMsg != "" && nr.ErrAt == 0 {
+		nr.ErrAt = w.now
+	}
+	if old != nil && *old == *nr {
+		return
+	}
+	must(w.txn.Insert(tableKinds, nr))
+	w.touch(tableKinds, cluster)
+	if old == nil || old.Present != nr.Present || old.Kind != nr.Kind {
+		if nr.Present || (old != nil && old.Present) {
+			w.policyChanged(cluster)
+		}
+	}
+}
+
+// KindErrors returns the kinds of a cluster that currently fail, ordered by
+// group and kind, and watches the kinds table of the cluster when ws is not
+// nil.
+func (s *Store) KindErrors(ws memdb.WatchSet, cluster string) []KindError {
+	var out []KindError
+	for _, k := range listAs[*kindRow](s, ws, tableKinds, compoundKey(cluster)) {
+		if k.Err != "" {
+			out = append(out, KindError{Kind: k.Kind, Error: k.Err, Since: fromUnixNano(k.ErrAt)})
+		}
+	}
+	return out
+}

@@ -1,0 +1,290 @@
+package index
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/hashicorp/go-memdb"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+)
+
+// ErrInvalidQuery is returned (wrapped) for a filter, order or cursor the
+// index cannot evaluate: an unknown status or order, a malformed label
+// selector, or a cursor of another order.
+var ErrInvalidQuery = errors.New("index: invalid query")
+
+// Filter selects objects. Every non-empty field must match (AND); the
+// values inside one field are alternatives (OR).
+type Filter struct {
+	Clusters   []string
+	Namespaces []string
+	// Kinds holds "Kind" (any group) or "Kind.group"; the kind name also
+	// matches case-insensitively and as the plural resource ("pods").
+	Kinds    []string
+	Statuses []Status
+	// NameContains matches a case-insensitive substring of the name.
+	NameContains string
+	// LabelSelector uses the Kubernetes syntax: =, ==, !=, in, notin,
+	// exists, !key, and the numeric gt/lt.
+	LabelSelector string
+}
+
+// plan is a compiled filter and access check, valid while the read lock
+// that built it is held.
+type plan struct {
+	x   *objIndex
+	txn *memdb.Txn
+
+	empty     bool            // the filter can match nothing
+	clusters  map[uint32]bool // nil: any
+	nss       map[uint32]bool // nil: any
+	kids      []bool          // by kid; nil: any
+	statuses  uint8           // bit per status index; 0: any
+	name      string          // lower-case NameContains
+	labelReqs []labelReq
+
+	access    *Access
+	accessAll bool
+	caByCID   []*ClusterAccess // resolved lazily
+	caDone    []bool
+}
+
+// labelReq is one compiled selector requirement.
+type labelReq struct {
+	op     selection.Operator
+	key    uint32
+	known  bool            // the key was ever interned
+	pids   map[uint32]bool // pair ids of the values, for =, in, !=, notin
+	values []string        // for gt, lt
+}
+
+// compile builds the plan for f and a. It must run under the read lock.
+func (x *objIndex) compile(txn *memdb.Txn, f *Filter, a *Access) (*plan, error) {
+	p := &plan{x: x, txn: txn, access: a, accessAll: a != nil && a.All}
+	p.clusters = idSet(x.clusters, f.Clusters, &p.empty)
+	p.nss = idSet(x.namespaces, f.Namespaces, &p.empty)
+	if len(f.Kinds) > 0 {
+		p.kids = make([]bool, len(x.kinds.byKid))
+		any := false
+		for _, term := range f.Kinds {
+			for kid := range x.kinds.matchKind(term) {
+				p.kids[kid] = true
+				any = true
+			}
+		}
+		p.empty = p.empty || !any
+	}
+	for _, st := range f.Statuses {
+		i := statusIndex(st)
+		if Statuses[i] != st {
+			return nil, fmt.Errorf("%w: unknown status %q", ErrInvalidQuery, st)
+		}
+		p.statuses |= 1 << i
+	}
+	p.name = strings.ToLower(f.NameContains)
+	if f.LabelSelector != "" {
+		sel, err := labels.Parse(f.LabelSelector)
+		if err != nil {
+			return nil, fmt.Errorf("%w: label selector %q: %w", ErrInvalidQuery, f.LabelSelector, err)
+		}
+		reqs, _ := sel.Requirements()
+		for _, r := range reqs {
+			lr := labelReq{op: r.Operator()}
+			lr.key, lr.known = x.labels.keys.lookup(r.Key())
+			switch lr.op {
+			case selection.GreaterThan, selection.LessThan:
+				lr.values = r.Values().List()
+			default:
+				lr.pids = map[uint32]bool{}
+				for v := range r.Values() {
+					if pid, ok := x.labels.lookup(r.Key(), v); ok {
+						lr.pids[pid] = true
+					}
+				}
+			}
+			switch lr.op {
+			case selection.Equals, selection.DoubleEquals, selection.In:
+				p.empty = p.empty || len(lr.pids) == 0
+			case selection.Exists, selection.GreaterThan, selection.LessThan:
+				p.empty = p.empty || !lr.known
+			}
+			p.labelReqs = append(p.labelReqs, lr)
+		}
+	}
+	if a == nil || (!a.All && len(a.Clusters) == 0) {
+		p.empty = true
+	}
+	return p, nil
+}
+
+// idSet returns the ids of the interned values, nil when values is empty
+// (no filter). It sets *empty when no value was ever interned: the filter
+// matches nothing.
+func idSet(d *strDict, values []string, empty *bool) map[uint32]bool {
+	if len(values) == 0 {
+		return nil
+	}
+	out := map[uint32]bool{}
+	for _, v := range values {
+		if id, ok := d.lookup(v); ok {
+			out[id] = true
+		}
+	}
+	*empty = *empty || len(out) == 0
+	return out
+}
+
+// matchKind yields the kids matching one kinds filter term.
+func (d *kindDict) matchKind(term string) func(func(uint32) bool) {
+	name, group, qualified := strings.Cut(term, ".")
+	return func(yield func(uint32) bool) {
+		seen := map[uint32]bool{}
+		for _, ki := range d.infos {
+			if seen[ki.kid] || (qualified && ki.Group != group) {
+				continue
+			}
+			if strings.EqualFold(ki.Kind.Kind, name) || strings.EqualFold(ki.Resource, name) {
+				seen[ki.kid] = true
+				if !yield(ki.kid) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// aggregatable reports whether the filter uses only the dimensions of the
+// count cells (cluster, namespace, kind, status).
+func (p *plan) aggregatable() bool {
+	return p.name == "" && len(p.labelReqs) == 0
+}
+
+// cellMatches reports whether a count cell passes the kind and status
+// filters.
+func (p *plan) cellMatches(key uint32) bool {
+	kid, st := key>>3, uint8(key&7)
+	if p.kids != nil && (int(kid) >= len(p.kids) || !p.kids[kid]) {
+		return false
+	}
+	return p.statuses == 0 || p.statuses&(1<<st) != 0
+}
+
+// match reports whether r passes the filter and the access check.
+func (p *plan) match(r *objRow) bool {
+	return p.matchFilter(r) && p.visible(r)
+}
+
+// matchFilter evaluates the filter only.
+func (p *plan) matchFilter(r *objRow) bool {
+	if p.clusters != nil && !p.clusters[r.cid] {
+		return false
+	}
+	if p.nss != nil && !p.nss[r.nsid] {
+		return false
+	}
+	if p.kids != nil && (int(r.kind.kid) >= len(p.kids) || !p.kids[r.kind.kid]) {
+		return false
+	}
+	if p.statuses != 0 && p.statuses&(1<<r.status) == 0 {
+		return false
+	}
+	if p.name != "" && !containsFold(r.name(), p.name) {
+		return false
+	}
+	for i := range p.labelReqs {
+		if !p.matchLabel(&p.labelReqs[i], r) {
+			return false
+		}
+	}
+	return true
+}
+
+// matchLabel evaluates one requirement on a row.
+func (p *plan) matchLabel(lr *labelReq, r *objRow) bool {
+	pid, has := uint32(0), false
+	if lr.known {
+		for _, id := range r.labels {
+			if p.x.labels.pairs[id].kid == lr.key {
+				pid, has = id, true
+				break
+			}
+		}
+	}
+	switch lr.op {
+	case selection.Equals, selection.DoubleEquals, selection.In:
+		return has && lr.pids[pid]
+	case selection.NotEquals, selection.NotIn:
+		return !has || !lr.pids[pid]
+	case selection.Exists:
+		return has
+	case selection.DoesNotExist:
+		return !has
+	case selection.GreaterThan, selection.LessThan:
+		if !has || len(lr.values) != 1 {
+			return false
+		}
+		v, err1 := strconv.ParseInt(p.x.labels.value(pid), 10, 64)
+		w, err2 := strconv.ParseInt(lr.values[0], 10, 64)
+		if err1 != nil || err2 != nil {
+			return false
+		}
+		if lr.op == selection.GreaterThan {
+			return v > w
+		}
+		return v < w
+	}
+	return false
+}
+
+// containsFold reports whether s contains the lower-case sub, ignoring
+// ASCII case in s, without allocating.
+func containsFold(s, sub string) bool {
+	if len(sub) > len(s) {
+		return false
+	}
+outer:
+	for i := 0; i+len(sub) <= len(s); i++ {
+		for j := 0; j < len(sub); j++ {
+			c := s[i+j]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != sub[j] {
+				continue outer
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// clusterAccess returns the viewer's access for a cluster id, nil when the
+// viewer sees nothing there. With access All it returns allClusters.
+func (p *plan) clusterAccess(cid uint32) *ClusterAccess {
+	if p.accessAll {
+		return p.x.allCluster
+	}
+	if p.access == nil {
+		return nil
+	}
+	for int(cid) >= len(p.caByCID) {
+		p.caByCID = append(p.caByCID, nil)
+		p.caDone = append(p.caDone, false)
+	}
+	if !p.caDone[cid] {
+		p.caByCID[cid] = p.access.Clusters[p.x.clusters.str(cid)]
+		p.caDone[cid] = true
+	}
+	return p.caByCID[cid]
+}
+
+// visible applies the access check; it agrees with Access.Allows.
+func (p *plan) visible(r *objRow) bool {
+	if p.accessAll {
+		return true
+	}
+	return p.clusterAccess(r.cid).Allows(r.kind.gr, p.x.namespaces.str(r.nsid), r.name())
+}

@@ -1,0 +1,59 @@
+package index_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/index/indextest"
+)
+
+// benchSink keeps benchmark results alive.
+var benchSink any
+
+var benchStore = sync.OnceValue(func() *index.Store {
+	s := index.New()
+	f := indextest.Fleet{Clusters: 10, Namespaces: 1000, PerNamespace: 10, Seed: 1}
+	if err := f.Each(1000, func(rows []index.Object) error { return s.UpsertBatch(context.Background(), rows) }); err != nil {
+		panic(err)
+	}
+	return s
+})
+
+func BenchmarkIngest(b *testing.B) {
+	f := indextest.Fleet{Clusters: 1, Namespaces: 1000, PerNamespace: 10, Seed: 1}
+	b.ReportAllocs()
+	for b.Loop() {
+		s := index.New()
+		if err := f.Each(1000, func(rows []index.Object) error { return s.UpsertBatch(context.Background(), rows) }); err != nil {
+			b.Fatal(err)
+		}
+		benchSink = s
+	}
+	b.ReportMetric(float64(f.Size()*b.N)/b.Elapsed().Seconds(), "rows/s")
+}
+
+func BenchmarkFacetsFleet(b *testing.B) {
+	s := benchStore()
+	b.ReportAllocs()
+	for b.Loop() {
+		f, err := s.Facets(context.Background(), index.Filter{}, &index.Access{All: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchSink = f
+	}
+}
+
+func BenchmarkQueryLabel(b *testing.B) {
+	s := benchStore()
+	b.ReportAllocs()
+	for b.Loop() {
+		p, err := s.Query(context.Background(), index.Query{Filter: index.Filter{LabelSelector: "app=v0"}, Access: &index.Access{All: true}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchSink = p
+	}
+}

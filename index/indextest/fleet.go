@@ -1,0 +1,233 @@
+// Package indextest generates deterministic synthetic fleets for the index
+// and graph benchmarks and for tests that need many realistic rows.
+//
+// Any object of a fleet can be computed on its own from its number, so a
+// benchmark can stream a million rows in batches without holding them, and
+// a churn driver can rebuild any object with new content.
+package indextest
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fleetgraph/fleetgraph/index"
+)
+
+// Fleet describes a synthetic fleet: Clusters × Namespaces × PerNamespace
+// objects. The default (DefaultFleet) is the 1M-object fleet of the index
+// benchmark:
+//
+//   - kinds: Pod 50%, Service 15%, EndpointSlice 15%, Flux kinds 10%,
+//     Istio kinds 10%;
+//   - statuses: HEALTHY 90%, PROGRESSING 5%, UNHEALTHY 5%;
+//   - 3–8 labels from 500 keys and 5,000 values, skewed the way real
+//     labels are (every object has app=..., a few keys and values are
+//     common, most are rare); app=v0 is on about 1.4% of objects;
+//   - messages of 0–200 bytes: healthy objects carry one of 64 stock
+//     messages, others a message naming the object, each a fresh string
+//     as a collector would produce it.
+type Fleet struct {
+	Clusters     int
+	Namespaces   int
+	PerNamespace int
+	// Seed varies the content; the same seed gives the same fleet.
+	Seed uint64
+}
+
+// DefaultFleet is the 100 × 1,000 × 10 = 1,000,000 object fleet.
+func DefaultFleet() Fleet {
+	return Fleet{Clusters: 100, Namespaces: 1000, PerNamespace: 10, Seed: 1}
+}
+
+// Size returns the number of objects.
+func (f Fleet) Size() int { return f.Clusters * f.Namespaces * f.PerNamespace }
+
+// ClusterName returns the name of cluster c.
+func ClusterName(c int) string { return fmt.Sprintf("cluster-%03d", c) }
+
+// NamespaceName returns the name of namespace n; every cluster has the
+// same namespace names, as fleets that deploy the same apps do.
+func NamespaceName(n int) string { return fmt.Sprintf("ns-%04d", n) }
+
+// Kinds lists the kinds of the fleet with their discovery data.
+var Kinds = []index.Kind{
+	{Group: "", Version: "v1", Kind: "Pod", Resource: "pods", Namespaced: true},
+	{Group: "", Version: "v1", Kind: "Service", Resource: "services", Namespaced: true},
+	{Group: "discovery.k8s.io", Version: "v1", Kind: "EndpointSlice", Resource: "endpointslices", Namespaced: true},
+	{Group: "kustomize.toolkit.fluxcd.io", Version: "v1", Kind: "Kustomization", Resource: "kustomizations", Namespaced: true},
+	{Group: "helm.toolkit.fluxcd.io", Version: "v2", Kind: "HelmRelease", Resource: "helmreleases", Namespaced: true},
+	{Group: "source.toolkit.fluxcd.io", Version: "v1", Kind: "GitRepository", Resource: "gitrepositories", Namespaced: true},
+	{Group: "source.toolkit.fluxcd.io", Version: "v1beta2", Kind: "OCIRepository", Resource: "ocirepositories", Namespaced: true},
+	{Group: "source.toolkit.fluxcd.io", Version: "v1", Kind: "HelmRepository", Resource: "helmrepositories", Namespaced: true},
+	{Group: "source.toolkit.fluxcd.io", Version: "v1", Kind: "HelmChart", Resource: "helmcharts", Namespaced: true},
+	{Group: "source.toolkit.fluxcd.io", Version: "v1", Kind: "Bucket", Resource: "buckets", Namespaced: true},
+	{Group: "networking.istio.io", Version: "v1", Kind: "VirtualService", Resource: "virtualservices", Namespaced: true},
+	{Group: "networking.istio.io", Version: "v1", Kind: "DestinationRule", Resource: "destinationrules", Namespaced: true},
+	{Group: "networking.istio.io", Version: "v1", Kind: "Gateway", Resource: "gateways", Namespaced: true},
+	{Group: "networking.istio.io", Version: "v1", Kind: "ServiceEntry", Resource: "serviceentries", Namespaced: true},
+	{Group: "networking.istio.io", Version: "v1", Kind: "Sidecar", Resource: "sidecars", Namespaced: true},
+	{Group: "networking.istio.io", Version: "v1alpha3", Kind: "EnvoyFilter", Resource: "envoyfilters", Namespaced: true},
+	{Group: "security.istio.io", Version: "v1", Kind: "PeerAuthentication", Resource: "peerauthentications", Namespaced: true},
+	{Group: "security.istio.io", Version: "v1", Kind: "RequestAuthentication", Resource: "requestauthentications", Namespaced: true},
+	{Group: "extensions.istio.io", Version: "v1alpha1", Kind: "WasmPlugin", Resource: "wasmplugins", Namespaced: true},
+}
+
+const (
+	fluxFirst, fluxCount   = 3, 7
+	istioFirst, istioCount = 10, 9
+	labelKeys              = 500
+	labelValues            = 5000
+	stockMessages          = 64
+	baseUnix               = 1_700_000_000
+)
+
+// mix is splitmix64: a fast, well-spread hash for deterministic choices.
+func mix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// rng is a tiny deterministic generator seeded per object.
+type rng struct{ s uint64 }
+
+func (r *rng) next() uint64   { r.s = mix(r.s); return r.s }
+func (r *rng) intn(n int) int { return int(r.next() % uint64(n)) }
+
+// skewed returns an index in [0, n) where low indexes are much more likely
+// (density ~ 1/sqrt(i)), like real label keys and values.
+func (r *rng) skewed(n int) int {
+	u := float64(r.next()>>11) / (1 << 53)
+	return int(u * u * float64(n))
+}
+
+// KindOf returns the index in Kinds of object i.
+func (f Fleet) KindOf(i int) int {
+	r := rng{s: mix(f.Seed ^ uint64(i)*0x2545f4914f6cdd1d)}
+	switch p := r.intn(100); {
+	case p < 50:
+		return 0
+	case p < 65:
+		return 1
+	case p < 80:
+		return 2
+	case p < 90:
+		return fluxFirst + r.intn(fluxCount)
+	default:
+		return istioFirst + r.intn(istioCount)
+	}
+}
+
+// Object returns object i (0 <= i < Size()) at version 0.
+func (f Fleet) Object(i int) index.Object { return f.Version(i, 0) }
+
+// Version returns object i with content version v: versions above 0 change
+// status, message and resource version the way status churn does, and
+// every eighth version also changes one label.
+func (f Fleet) Version(i, v int) index.Object {
+	per := f.PerNamespace
+	c, n := i/(f.Namespaces*per), (i/per)%f.Namespaces
+	k := Kinds[f.KindOf(i)]
+	r := rng{s: mix(f.Seed ^ uint64(i)*0x2545f4914f6cdd1d)}
+	r.next()
+	r.next()
+	name := fmt.Sprintf("%s-%d-%05x", strings.ToLower(k.Kind), r.skewed(2000), r.next()&0xfffff)
+	labels := make(map[string]string, 8)
+	labels["app"] = "v" + strconv.Itoa(r.skewed(labelValues))
+	for want := 3 + r.intn(6); len(labels) < want; {
+		labels["k"+strconv.Itoa(r.skewed(labelKeys))] = "v" + strconv.Itoa(r.skewed(labelValues))
+	}
+	vr := rng{s: mix(r.next() ^ uint64(v))}
+	status := index.StatusHealthy
+	switch p := vr.intn(100); {
+	case p >= 95:
+		status = index.StatusUnhealthy
+	case p >= 90:
+		status = index.StatusProgressing
+	}
+	if v > 0 && v%8 == 0 {
+		labels["rev"] = strconv.Itoa(v)
+	}
+	msgLen := vr.intn(201)
+	var msg string
+	if status == index.StatusHealthy {
+		msg = stockMessage(int(r.next()%stockMessages), msgLen)
+	} else {
+		msg = fmt.Sprintf("%s %s/%s: %s", status, NamespaceName(n), name, strings.Repeat("x", msgLen))
+		msg = msg[:min(len(msg), 200)]
+	}
+	return index.Object{
+		Cluster:         ClusterName(c),
+		Namespace:       NamespaceName(n),
+		Group:           k.Group,
+		Version:         k.Version,
+		Kind:            k.Kind,
+		Resource:        k.Resource,
+		Name:            name,
+		UID:             uid(r.next(), r.next()),
+		Labels:          labels,
+		CreatedAt:       time.Unix(baseUnix+int64(i), 0).UTC(),
+		ResourceVersion: strconv.Itoa(1000 + i*16 + v),
+		Status:          status,
+		Message:         msg,
+	}
+}
+
+// stockMessage returns a fresh copy of one of the stock messages, cut to
+// at most n bytes.
+func stockMessage(id, n int) string {
+	s := fmt.Sprintf("stock message %d: %s", id, strings.Repeat("ready and serving; ", 12))
+	n = min(n, len(s), 8+id*3)
+	return strings.Clone(s[:n])
+}
+
+func uid(a, b uint64) string {
+	return fmt.Sprintf("%08x-%04x-%04x-%04x-%012x", a>>32, (a>>16)&0xffff, a&0xffff, b>>48, b&0xffffffffffff)
+}
+
+// Each calls fn with consecutive batches of up to batch objects, reusing
+// the slice between calls.
+func (f Fleet) Each(batch int, fn func([]index.Object) error) error {
+	buf := make([]index.Object, 0, batch)
+	for i := 0; i < f.Size(); i++ {
+		buf = append(buf, f.Object(i))
+		if len(buf) == batch || i == f.Size()-1 {
+			if err := fn(buf); err != nil {
+				return err
+			}
+			clear(buf)
+			buf = buf[:0]
+		}
+	}
+	return nil
+}
+
+// AllResources returns every GroupResource of the fleet's kinds, for
+// building access sets.
+func AllResources() map[index.GroupResource]struct{} {
+	out := map[index.GroupResource]struct{}{}
+	for _, k := range Kinds {
+		out[index.GroupResource{Group: k.Group, Resource: k.Resource}] = struct{}{}
+	}
+	return out
+}
+
+// NamespaceAccess returns an Access that may list every fleet resource in
+// nsPerCluster namespaces of each of the first clusters clusters, the
+// namespaces spread over the cluster's range.
+func (f Fleet) NamespaceAccess(clusters, nsPerCluster int) *index.Access {
+	grs := AllResources()
+	a := &index.Access{Clusters: map[string]*index.ClusterAccess{}}
+	step := max(1, f.Namespaces/nsPerCluster)
+	for c := 0; c < clusters; c++ {
+		ca := &index.ClusterAccess{Namespaces: map[string]map[index.GroupResource]struct{}{}}
+		for j := 0; j < nsPerCluster; j++ {
+			ca.Namespaces[NamespaceName((j*step)%f.Namespaces)] = grs
+		}
+		a.Clusters[ClusterName(c*max(1, f.Clusters/clusters))] = ca
+	}
+	return a
+}

@@ -1,0 +1,70 @@
+package index
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-memdb"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// fakeClock is a settable clock for UpdatedAt and error times.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func newTestStore(t testing.TB, opts ...Option) (*Store, *fakeClock) {
+	t.Helper()
+	clk := newFakeClock()
+	return New(append([]Option{WithClock(clk.Now)}, opts...)...), clk
+}
+
+var podKind = Kind{Version: "v1", Kind: "Pod", Resource: "pods", Namespaced: true}
+
+func pod(cluster, ns, name string, status Status, labels map[string]string) Object {
+	return Object{
+		Cluster: cluster, Namespace: ns, Version: "v1", Kind: "Pod", Resource: "pods", Name: name,
+		UID: "uid-" + name, Labels: labels, Status: status, CreatedAt: time.Unix(1000, 0).UTC(),
+	}
+}
+
+var ctxb = context.Background()
+
+func mustNoErr(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newWatchSet() memdb.WatchSet { return memdb.NewWatchSet() }
+
+// watchFired reports whether any watch of ws fired within a short time.
+func watchFired(ws memdb.WatchSet) bool {
+	ctx, cancel := context.WithTimeout(ctxb, 50*time.Millisecond)
+	defer cancel()
+	return ws.WatchCtx(ctx) == nil
+}

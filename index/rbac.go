@@ -1,0 +1,226 @@
+package index
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/hashicorp/go-memdb"
+)
+
+// policyTable returns the RBAC table of a policy kind.
+func policyTable(kind string) string {
+	switch kind {
+	case KindRole:
+		return tableRoles
+	case KindClusterRole:
+		return tableClusterRoles
+	case KindRoleBinding:
+		return tableRoleBindings
+	default:
+		return tableClusterRoleBindings
+	}
+}
+
+// policyKey returns the memdb key of a policy row.
+func policyKey(k Key) string {
+	switch k.Kind {
+	case KindRole, KindRoleBinding:
+		return compoundKey(k.Cluster, k.Namespace, k.Name)
+	default:
+		return compoundKey(k.Cluster, k.Name)
+	}
+}
+
+// policyValue converts a policy row into the stored *Role or *Binding.
+func policyValue(o *Object) (any, error) {
+	namespaced := o.Kind == KindRole || o.Kind == KindRoleBinding
+	if namespaced != (o.Namespace != "") {
+		return nil, fmt.Errorf("%w: %s: a %s must %sbe namespaced", ErrInvalidRow, o.Key(), o.Kind, map[bool]string{true: "", false: "not "}[namespaced])
+	}
+	p := o.Policy
+	if p == nil {
+		p = &Policy{}
+	}
+	switch o.Kind {
+	case KindRole, KindClusterRole:
+		return &Role{Cluster: o.Cluster, Namespace: o.Namespace, Name: o.Name, Rules: p.Rules}, nil
+	default:
+		return &Binding{Cluster: o.Cluster, Namespace: o.Namespace, Name: o.Name, RoleRef: p.RoleRef, Subjects: p.Subjects}, nil
+	}
+}
+
+// putPolicy stores a policy row unless an equal one is stored.
+func (w *writeTxn) putPolicy(o *Object) error {
+	v, err := policyValue(o)
+	if err != nil {
+		return err
+	}
+	table := policyTable(o.Kind)
+	old, err := w.txn.First(table, indexID, memKey(policyKey(o.Key())))
+	must(err)
+	if old != nil && reflect.DeepEqual(old, v) {
+		return nil
+	}
+	must(w.txn.Insert(table, v))
+	w.policyChanged(o.Cluster)
+	return nil
+}
+
+// upsertPolicy is Upsert of one policy row.
+func (w *writeTxn) upsertPolicy(o *Object) error {
+	return w.putPolicy(o)
+}
+
+// deletePolicy removes one policy row if stored.
+func (w *writeTxn) deletePolicy(k Key) {
+	table := policyTable(k.Kind)
+	old, err := w.txn.First(table, indexID, memKey(policyKey(k)))
+	must(err)
+	if old == nil {
+		return
+	}
+	must(w.txn.Delete(table, old))
+	w.policyChanged(k.Cluster)
+}
+
+// replacePolicy makes the policy rows of one kind in one cluster equal to
+// rows. Rows are validated before anything is written.
+func (w *writeTxn) replacePolicy(cluster, kind string, rows []Object) error {
+	for i := range rows {
+		if _, err := policyValue(&rows[i]); err != nil {
+			return err
+		}
+	}
+	table := policyTable(kind)
+	keep := make(map[string]struct{}, len(rows))
+	for i := range rows {
+		keep[policyKey(rows[i].Key())] = struct{}{}
+		if err := w.putPolicy(&rows[i]); err != nil {
+			return err
+		}
+	}
+	it, err := w.txn.Get(table, indexIDPrefix, memKey(compoundKey(cluster)))
+	must(err)
+	var gone []any
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		if _, ok := keep[policyRowKey(raw)]; !ok {
+			gone = append(gone, raw)
+		}
+	}
+	for _, raw := range gone {
+		must(w.txn.Delete(table, raw))
+		w.policyChanged(cluster)
+	}
+	return nil
+}
+
+// policyRowKey returns the memdb key of a stored *Role or *Binding.
+func policyRowKey(raw any) string {
+	switch v := raw.(type) {
+	case *Role:
+		if v.Namespace == "" {
+			return compoundKey(v.Cluster, v.Name)
+		}
+		return compoundKey(v.Cluster, v.Namespace, v.Name)
+	case *Binding:
+		if v.Namespace == "" {
+			return compoundKey(v.Cluster, v.Name)
+		}
+		return compoundKey(v.Cluster, v.Namespace, v.Name)
+	}
+	panic(fmt.Sprintf("index: not a policy row: %T", raw))
+}
+
+// deleteClusterPolicy removes every policy row of a cluster.
+func (w *writeTxn) deleteClusterPolicy(cluster string) {
+	for _, table := range []string{tableRoles, tableClusterRoles, tableRoleBindings, tableClusterRoleBindings} {
+		n, err := w.txn.DeleteAll(table, indexIDPrefix, memKey(compoundKey(cluster)))
+		must(err)
+		if n > 0 {
+			w.policyChanged(cluster)
+		}
+	}
+}
+
+// GetRole returns a namespaced Role. authz reads RBAC through this and the
+// other getters below; values are shared and must not be mutated.
+func (s *Store) GetRole(cluster, namespace, name string) (*Role, bool) {
+	return firstAs[*Role](s, tableRoles, compoundKey(cluster, namespace, name))
+}
+
+// GetClusterRole returns a ClusterRole.
+func (s *Store) GetClusterRole(cluster, name string) (*Role, bool) {
+	return firstAs[*Role](s, tableClusterRoles, compoundKey(cluster, name))
+}
+
+// ListRoleBindings returns the RoleBindings of one namespace of a cluster,
+// or of every namespace when namespace is "", in key order.
+func (s *Store) ListRoleBindings(cluster, namespace string) []*Binding {
+	prefix := compoundKey(cluster)
+	if namespace != "" {
+		prefix = compoundKey(cluster, namespace)
+	}
+	return listAs[*Binding](s, nil, tableRoleBindings, prefix)
+}
+
+// ListClusterRoleBindings returns the ClusterRoleBindings of a cluster in
+// name order.
+func (s *Store) ListClusterRoleBindings(cluster string) []*Binding {
+	return listAs[*Binding](s, nil, tableClusterRoleBindings, compoundKey(cluster))
+}
+
+// PolicyRevision returns a number that changes whenever an RBAC row or the
+// kinds set of the cluster changes, and only then; authz keys its access
+// cache by it. It is the sequence number of the EventPolicy that reported
+// the change (0 before the first).
+func (s *Store) PolicyRevision(cluster string) uint64 {
+	return s.revision(nil, revisionPolicy, cluster)
+}
+
+// PolicyRevisionWatch is PolicyRevision with a watch that fires on the
+// next change of the cluster's policy.
+func (s *Store) PolicyRevisionWatch(ws memdb.WatchSet, cluster string) uint64 {
+	return s.revision(ws, revisionPolicy, cluster)
+}
+
+// Kinds returns the kinds recorded for a cluster by successful Replace
+// calls, with Resource and Namespaced from discovery, ordered by group and
+// kind.
+func (s *Store) Kinds(cluster string) []Kind {
+	var out []Kind
+	for _, k := range listAs[*kindRow](s, nil, tableKinds, compoundKey(cluster)) {
+		if k.Present {
+			out = append(out, k.Kind)
+		}
+	}
+	slices.SortFunc(out, func(a, b Kind) int {
+		if c := strings.Compare(a.Group, b.Group); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Kind, b.Kind)
+	})
+	return out
+}
+
+// firstAs reads one row of type T by full key from a memdb snapshot.
+func firstAs[T any](s *Store, table, key string) (T, bool) {
+	raw, err := s.db.Txn(false).First(table, indexID, memKey(key))
+	must(err)
+	v, ok := raw.(T)
+	return v, ok
+}
+
+// listAs reads the rows of type T under a key prefix from a memdb
+// snapshot, adding the iterator's watch channel to ws.
+func listAs[T any](s *Store, ws memdb.WatchSet, table, prefix string) []T {
+	it, err := s.db.Txn(false).Get(table, indexIDPrefix, memKey(prefix))
+	must(err)
+	ws.Add(it.WatchCh())
+	var out []T
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		out = append(out, raw.(T))
+	}
+	return out
+}

@@ -1,0 +1,271 @@
+package index
+
+import "k8s.io/apimachinery/pkg/selection"
+
+// source enumerates candidate rows for a query. est is its exact size
+// (rows it will yield); exact means every row it yields matches the filter
+// and is visible, so the count needs no scan.
+type source struct {
+	est   int
+	exact bool
+	each  func(fn func(*objRow) bool)
+}
+
+// bestSource returns the smallest candidate source for the plan.
+func (p *plan) bestSource() source {
+	x := p.x
+	best := source{est: len(x.rows) - len(x.free), each: x.eachRow}
+	consider := func(s source, ok bool) {
+		if ok && s.est < best.est {
+			best = s
+		}
+	}
+	consider(p.kindStatusSource())
+	consider(p.scopeSource())
+	consider(p.labelSource())
+	if !p.accessAll {
+		consider(p.accessSource(best.est))
+	}
+	return best
+}
+
+// eachRow yields every live row.
+func (x *objIndex) eachRow(fn func(*objRow) bool) {
+	for _, r := range x.rows {
+		if r != nil && !fn(r) {
+			return
+		}
+	}
+}
+
+// unionSource yields the members of disjoint posting lists.
+func (x *objIndex) unionSource(lists []*postings) source {
+	n := 0
+	for _, l := range lists {
+		n += l.len()
+	}
+	return source{est: n, each: func(fn func(*objRow) bool) {
+		for _, l := range lists {
+			if !l.each(func(rid uint32) bool { return fn(x.rows[rid]) }) {
+				return
+			}
+		}
+	}}
+}
+
+// kindStatusSource is the union of the (kind, status) posting lists the
+// kind and status filters allow.
+func (p *plan) kindStatusSource() (source, bool) {
+	if p.kids == nil && p.statuses == 0 {
+		return source{}, false
+	}
+	var lists []*postings
+	for k, l := range p.x.kindStatus {
+		if p.cellMatches(k) {
+			lists = append(lists, l)
+		}
+	}
+	s := p.x.unionSource(lists)
+	s.exact = p.accessAll && p.clusters == nil && p.nss == nil && p.aggregatable()
+	return s, true
+}
+
+// scopeSource is the union of the cluster or (cluster, namespace) posting
+// lists the cluster and namespace filters allow.
+func (p *plan) scopeSource() (source, bool) {
+	x := p.x
+	var lists []*postings
+	switch {
+	case p.clusters != nil:
+		for cid := range p.clusters {
+			if int(cid) >= len(x.byCluster) || x.byCluster[cid] == nil {
+				continue
+			}
+			ca := x.byCluster[cid]
+			if p.nss == nil {
+				lists = append(lists, &ca.rows)
+				continue
+			}
+			for nsid := range p.nss {
+				if na := ca.nss[nsid]; na != nil {
+					lists = append(lists, &na.rows)
+				}
+			}
+		}
+	case p.nss != nil:
+		for _, ca := range x.byCluster {
+			if ca == nil {
+				continue
+			}
+			for nsid := range p.nss {
+				if na := ca.nss[nsid]; na != nil {
+					lists = append(lists, &na.rows)
+				}
+			}
+		}
+	default:
+		return source{}, false
+	}
+	return x.unionSource(lists), true
+}
+
+// labelSource is the smallest source of one positive label requirement:
+// the union of its values' posting lists (=, in) or the key's list
+// (exists, gt, lt).
+func (p *plan) labelSource() (source, bool) {
+	x := p.x
+	var best source
+	found := false
+	for i := range p.labelReqs {
+		lr := &p.labelReqs[i]
+		var lists []*postings
+		switch {
+		case !lr.known:
+			continue
+		case lr.op == selection.Equals || lr.op == selection.DoubleEquals || lr.op == selection.In:
+			for pid := range lr.pids {
+				if int(pid) < len(x.pairPost) {
+					lists = append(lists, &x.pairPost[pid])
+				}
+			}
+		case lr.op == selection.Exists || lr.op == selection.GreaterThan || lr.op == selection.LessThan:
+			if int(lr.key) < len(x.keyPost) {
+				lists = append(lists, &x.keyPost[lr.key])
+			}
+		default:
+			continue
+		}
+		s := x.unionSource(lists)
+		if !found || s.est < best.est {
+			best, found = s, true
+		}
+	}
+	if found && len(p.labelReqs) == 1 && p.accessAll && p.clusters == nil && p.nss == nil &&
+		p.kids == nil && p.statuses == 0 && p.name == "" && p.labelReqs[0].op != selection.GreaterThan && p.labelReqs[0].op != selection.LessThan {
+		best.exact = true
+	}
+	return best, found
+}
+
+// accessSource enumerates what a restricted viewer may see: whole
+// clusters, resources listed cluster-wide, the namespaces it may list in,
+// and single named objects. Each part skips rows an earlier part yields, so
+// no row comes twice. Sizing it costs a lookup per namespace of the access,
+// so it stops as soon as it exceeds limit (the best source so far).
+func (p *plan) accessSource(limit int) (source, bool) {
+	x := p.x
+	a := p.access
+	type part struct {
+		cid uint32
+		ca  *ClusterAccess
+	}
+	var parts []part
+	est := 0
+	for name, ca := range a.Clusters {
+		cid, ok := x.clusters.lookup(name)
+		if !ok || ca == nil || (p.clusters != nil && !p.clusters[cid]) || int(cid) >= len(x.byCluster) || x.byCluster[cid] == nil {
+			continue
+		}
+		agg := x.byCluster[cid]
+		parts = append(parts, part{cid, ca})
+		if ca.All {
+			est += agg.rows.len()
+		} else {
+			everywhere := x.kidsOf(ca.Everywhere)
+			for _, c := range agg.cells {
+				if everywhere[c.key>>3] {
+					est += int(c.n)
+				}
+			}
+			for ns := range ca.Namespaces {
+				if nsid, ok := x.namespaces.lookup(ns); ok {
+					if na := agg.nss[nsid]; na != nil {
+						est += na.rows.len()
+					}
+				}
+				if est >= limit {
+					return source{}, false
+				}
+			}
+			est += len(ca.Named)
+		}
+		if est >= limit {
+			return source{}, false
+		}
+	}
+	return source{est: est, each: func(fn func(*objRow) bool) {
+		for _, pt := range parts {
+			if !p.eachInCluster(pt.cid, pt.ca, fn) {
+				return
+			}
+		}
+	}}, true
+}
+
+// kidsOf returns, by kid, whether the kind's resource is in set.
+func (x *objIndex) kidsOf(set map[GroupResource]struct{}) map[uint32]bool {
+	if len(set) == 0 {
+		return nil
+	}
+	out := map[uint32]bool{}
+	for kid, gr := range x.kinds.grOf {
+		if _, ok := set[gr]; ok {
+			out[uint32(kid)] = true
+		}
+	}
+	return out
+}
+
+// eachInCluster yields the rows ca lets the viewer see in one cluster.
+func (p *plan) eachInCluster(cid uint32, ca *ClusterAccess, fn func(*objRow) bool) bool {
+	x := p.x
+	agg := x.byCluster[cid]
+	if ca.All {
+		return agg.rows.each(func(rid uint32) bool { return fn(x.rows[rid]) })
+	}
+	cluster := x.clusters.str(cid)
+	everywhere := x.kidsOf(ca.Everywhere)
+	for kid := range everywhere {
+		if !agg.byKind[kid].each(func(rid uint32) bool { return fn(x.rows[rid]) }) {
+			return false
+		}
+	}
+	for ns, grs := range ca.Namespaces {
+		nsid, ok := x.namespaces.lookup(ns)
+		if !ok || agg.nss[nsid] == nil {
+			continue
+		}
+		ok = agg.nss[nsid].rows.each(func(rid uint32) bool {
+			r := x.rows[rid]
+			if everywhere[r.kind.kid] {
+				return true
+			}
+			if _, ok := grs[r.kind.gr]; !ok {
+				return true
+			}
+			return fn(r)
+		})
+		if !ok {
+			return false
+		}
+	}
+	for no := range ca.Named {
+		if _, ok := ca.Everywhere[no.GroupResource]; ok {
+			continue
+		}
+		if _, ok := ca.Namespaces[no.Namespace][no.GroupResource]; ok && no.Namespace != "" {
+			continue
+		}
+		for kid, gr := range x.kinds.grOf {
+			if gr != no.GroupResource {
+				continue
+			}
+			gk := x.kinds.byKid[kid]
+			r := x.get(compoundKey(cluster, gk.Group, gk.Kind, no.Namespace, no.Name))
+			if r != nil && !fn(r) {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -1,0 +1,187 @@
+package index
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-memdb"
+)
+
+// Store is the fleet index: an in-memory go-memdb database of objects,
+// clusters, kinds and RBAC rows, secondary indexes for queries (objIndex),
+// and a change feed.
+//
+// Concurrency: every write (Sink calls, cluster calls) takes the write lock,
+// applies one memdb write transaction and the matching objIndex changes,
+// commits, and appends its events to the feed, so a change is visible to
+// queries and subscribers at the same sequence number. Queries hold the
+// read lock while they use objIndex; lookups that only need memdb (RBAC
+// getters, clusters, kinds, revisions) read a lock-free memdb snapshot.
+// The Store starts no goroutines.
+type Store struct {
+	db    *memdb.MemDB
+	clock func() time.Time
+
+	mu   sync.RWMutex // guards x and seq; held for writing across each commit
+	x    *objIndex
+	seq  uint64 // last sequence number assigned
+	feed *feed
+}
+
+// Option configures a Store.
+type Option func(*options)
+
+type options struct {
+	clock        func() time.Time
+	replayBuffer int
+}
+
+// DefaultReplayBuffer is the number of change events kept for resuming
+// subscriptions when WithReplayBuffer is not given: about a minute of heavy
+// churn (tens of thousands of changes per second would need more) for a few
+// MiB of memory.
+const DefaultReplayBuffer = 1 << 16
+
+// WithClock sets the clock used for UpdatedAt and error times, so tests
+// can control time.
+func WithClock(now func() time.Time) Option {
+	return func(o *options) { o.clock = now }
+}
+
+// WithReplayBuffer sets how many change events the feed keeps for
+// subscribers that resume from an older sequence number. Subscribers further
+// behind must resync.
+func WithReplayBuffer(n int) Option {
+	return func(o *options) { o.replayBuffer = n }
+}
+
+// New returns an empty Store.
+func New(opts ...Option) *Store {
+	o := options{clock: time.Now, replayBuffer: DefaultReplayBuffer}
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.replayBuffer < 1 {
+		o.replayBuffer = 1
+	}
+	db, err := memdb.NewMemDB(dbSchema())
+	if err != nil {
+		panic(fmt.Sprintf("index: creating memdb: %v", err))
+	}
+	s := &Store{db: db, clock: o.clock, x: newObjIndex()}
+	s.feed = newFeed(s, o.replayBuffer)
+	return s
+}
+
+// writeTxn is one write in progress: the memdb transaction, the events it
+// will publish and the revision scopes it touched.
+type writeTxn struct {
+	s       *Store
+	txn     *memdb.Txn
+	now     int64
+	seq     uint64
+	events  []*Event
+	touched map[scopeKey]struct{}
+	policy  map[string]struct{} // clusters whose policy (RBAC or kinds set) changed
+}
+
+// scopeKey names one revision row.
+type scopeKey struct{ scope, cluster string }
+
+// write runs fn in a write transaction: it takes the write lock, opens the
+// memdb transaction, and if fn succeeds and changed anything, bumps the
+// touched revisions, commits and publishes the events.
+//
+// fn must validate its input before it changes objIndex: objIndex is not
+// transactional, so fn may fail only before its first change.
+func (s *Store) write(fn func(w *writeTxn) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	txn := s.db.Txn(true)
+	defer txn.Abort()
+	w := &writeTxn{s: s, txn: txn, now: unixNano(s.clock()), seq: s.seq}
+	if err := fn(w); err != nil {
+		return err
+	}
+	for c := range w.policy {
+		w.emit(&Event{Type: EventPolicy, Cluster: c})
+		ev := w.events[len(w.events)-1]
+		ev.PolicyRevision = ev.Seq
+		w.touch(revisionPolicy, c)
+	}
+	if len(w.touched) == 0 {
+		return nil
+	}
+	for k := range w.touched {
+		must(txn.Insert(tableRevisions, &revisionRow{Scope: k.scope, Cluster: k.cluster, Revision: w.seq}))
+	}
+	txn.Commit()
+	s.seq = w.seq
+	s.feed.publish(w.events)
+	return nil
+}
+
+// emit assigns the next sequence number to ev and queues it.
+func (w *writeTxn) emit(ev *Event) {
+	w.seq++
+	ev.Seq = w.seq
+	ev.store = w.s
+	w.events = append(w.events, ev)
+}
+
+// touch marks a revision scope of a cluster as changed by this write.
+func (w *writeTxn) touch(scope, cluster string) {
+	if w.touched == nil {
+		w.touched = map[scopeKey]struct{}{}
+	}
+	w.touched[scopeKey{scope, cluster}] = struct{}{}
+}
+
+// policyChanged records that a cluster's RBAC rows or kinds set changed.
+func (w *writeTxn) policyChanged(cluster string) {
+	if w.policy == nil {
+		w.policy = map[string]struct{}{}
+	}
+	w.policy[cluster] = struct{}{}
+}
+
+// must panics on a memdb error that can only come from a programming
+// error (an unknown table or a key the schema cannot index). Writes
+// validate their input first, and a failure half way through a write would
+// leave objIndex out of step with memdb, so there is no safe way to go on.
+func must(err error) {
+	if err != nil {
+		panic(fmt.Sprintf("index: memdb: %v", err))
+	}
+}
+
+// LastSeq returns the sequence number of the last published change event.
+// A query result and LastSeq read under one lock agree: subscribing from
+// Page.Seq sees exactly the changes after that page.
+func (s *Store) LastSeq() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.seq
+}
+
+// revision returns the sequence number of the last change of one table
+// (tableKinds, ...) or revision scope (revisionObjects, revisionPolicy) in
+// one cluster; 0 when it never changed.
+func (s *Store) revision(ws memdb.WatchSet, scope, cluster string) uint64 {
+	txn := s.db.Txn(false)
+	ch, raw, err := txn.FirstWatch(tableRevisions, indexID, memKey(compoundKey(scope, cluster)))
+	must(err)
+	ws.Add(ch)
+	if raw == nil {
+		return 0
+	}
+	return raw.(*revisionRow).Revision
+}
+
+// ObjectsRevision returns the sequence number of the last object change in
+// a cluster, and adds a watch that fires on the next one when ws is not
+// nil.
+func (s *Store) ObjectsRevision(ws memdb.WatchSet, cluster string) uint64 {
+	return s.revision(ws, revisionObjects, cluster)
+}
