@@ -1,0 +1,386 @@
+package index
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+var flux = Kind{Group: "kustomize.toolkit.fluxcd.io", Version: "v1", Kind: "Kustomization", Resource: "kustomizations", Namespaced: true}
+
+// randomObject returns a random object of a small fleet, so that random
+// filters hit often.
+func randomObject(rnd *rand.Rand) Object {
+	k := podKind
+	if rnd.IntN(3) == 0 {
+		k = flux
+	}
+	o := Object{
+		Cluster:   fmt.Sprintf("c%d", rnd.IntN(3)),
+		Namespace: fmt.Sprintf("ns%d", rnd.IntN(4)),
+		Group:     k.Group, Version: k.Version, Kind: k.Kind, Resource: k.Resource,
+		Name:      fmt.Sprintf("obj-%02d", rnd.IntN(40)),
+		Status:    Statuses[rnd.IntN(len(Statuses))],
+		CreatedAt: time.Time{},
+		Labels:    map[string]string{},
+	}
+	// Creation time is a property of the key, as it is of a live object.
+	o.CreatedAt = time.Unix(int64(len(o.Cluster+o.Namespace+o.Kind)*7+int(o.Name[len(o.Name)-1])), 0).UTC()
+	for range rnd.IntN(3) {
+		o.Labels[fmt.Sprintf("k%d", rnd.IntN(3))] = fmt.Sprintf("v%d", rnd.IntN(3))
+	}
+	if rnd.IntN(2) == 0 {
+		o.Labels["n"] = fmt.Sprint(rnd.IntN(10))
+	}
+	return o
+}
+
+func randomFilter(rnd *rand.Rand) Filter {
+	var f Filter
+	pick := func(n int, name func(int) string) []string {
+		var out []string
+		for range rnd.IntN(3) {
+			out = append(out, name(rnd.IntN(n)))
+		}
+		return out
+	}
+	if rnd.IntN(2) == 0 {
+		f.Clusters = pick(4, func(i int) string { return fmt.Sprintf("c%d", i) })
+	}
+	if rnd.IntN(2) == 0 {
+		f.Namespaces = pick(5, func(i int) string { return fmt.Sprintf("ns%d", i) })
+	}
+	if rnd.IntN(2) == 0 {
+		f.Kinds = pick(3, func(i int) string {
+			return []string{"Pod", "Kustomization.kustomize.toolkit.fluxcd.io", "pods"}[i]
+		})
+	}
+	if rnd.IntN(3) == 0 {
+		for range 1 + rnd.IntN(2) {
+			f.Statuses = append(f.Statuses, Statuses[rnd.IntN(len(Statuses))])
+		}
+	}
+	if rnd.IntN(4) == 0 {
+		f.NameContains = fmt.Sprintf("J-%d", rnd.IntN(4))
+	}
+	if rnd.IntN(2) == 0 {
+		f.LabelSelector = []string{
+			"k0=v1", "k1!=v0", "k2 in (v0,v2)", "k0 notin (v1)", "k1", "!k2", "n>4", "n<3", "k0=v0,k1", "missing=x", "!missing",
+		}[rnd.IntN(11)]
+	}
+	return f
+}
+
+func randomAccess(rnd *rand.Rand) *Access {
+	if rnd.IntN(4) == 0 {
+		return &Access{All: true}
+	}
+	pods := GroupResource{Resource: "pods"}
+	ks := GroupResource{Group: flux.Group, Resource: flux.Resource}
+	a := &Access{Clusters: map[string]*ClusterAccess{}}
+	for c := range 3 {
+		if rnd.IntN(3) == 0 {
+			continue
+		}
+		ca := &ClusterAccess{Everywhere: map[GroupResource]struct{}{}, Namespaces: map[string]map[GroupResource]struct{}{}, Named: map[NamedObject]struct{}{}}
+		switch rnd.IntN(4) {
+		case 0:
+			ca.All = true
+		case 1:
+			ca.Everywhere[ks] = struct{}{}
+		}
+		for range rnd.IntN(3) {
+			grs := map[GroupResource]struct{}{pods: {}}
+			if rnd.IntN(2) == 0 {
+				grs[ks] = struct{}{}
+			}
+			ca.Namespaces[fmt.Sprintf("ns%d", rnd.IntN(4))] = grs
+		}
+		for range rnd.IntN(4) {
+			gr := pods
+			if rnd.IntN(2) == 0 {
+				gr = ks
+			}
+			ca.Named[NamedObject{GroupResource: gr, Namespace: fmt.Sprintf("ns%d", rnd.IntN(4)), Name: fmt.Sprintf("obj-%02d", rnd.IntN(40))}] = struct{}{}
+		}
+		a.Clusters[fmt.Sprintf("c%d", c)] = ca
+	}
+	return a
+}
+
+// refMatch is the reference definition of a filter and access match.
+func refMatch(t testing.TB, f Filter, a *Access, o *Object) bool {
+	if !a.Allows(o.Cluster, GroupResource{Group: o.Group, Resource: o.Resource}, o.Namespace, o.Name) {
+		return false
+	}
+	in := func(vals []string, v string) bool { return len(vals) == 0 || slices.Contains(vals, v) }
+	if !in(f.Clusters, o.Cluster) || !in(f.Namespaces, o.Namespace) {
+		return false
+	}
+	if len(f.Kinds) > 0 && !slices.ContainsFunc(f.Kinds, func(k string) bool {
+		name, group, q := strings.Cut(k, ".")
+		return (strings.EqualFold(name, o.Kind) || strings.EqualFold(name, o.Resource)) && (!q || group == o.Group)
+	}) {
+		return false
+	}
+	if len(f.Statuses) > 0 && !slices.Contains(f.Statuses, o.Status) {
+		return false
+	}
+	if f.NameContains != "" && !strings.Contains(strings.ToLower(o.Name), strings.ToLower(f.NameContains)) {
+		return false
+	}
+	if f.LabelSelector != "" {
+		sel, err := labels.Parse(f.LabelSelector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sel.Matches(labels.Set(o.Labels)) {
+			return false
+		}
+	}
+	return true
+}
+
+// refCompare is the reference order: the field, then the key.
+func refCompare(o Order, a, b *Object) int {
+	c := 0
+	switch o.Field {
+	case OrderName, "":
+		c = cmp.Compare(a.Name, b.Name)
+	case OrderNamespace:
+		c = cmp.Compare(a.Namespace, b.Namespace)
+	case OrderKind:
+		c = cmp.Compare(a.Kind, b.Kind)
+	case OrderStatus:
+		c = cmp.Compare(statusIndex(a.Status), statusIndex(b.Status))
+	case OrderCreatedAt:
+		c = a.CreatedAt.Compare(b.CreatedAt)
+	case OrderUpdatedAt:
+		c = a.UpdatedAt.Compare(b.UpdatedAt)
+	}
+	if c == 0 {
+		c = cmp.Compare(objectKey(a.Key()), objectKey(b.Key()))
+	}
+	if o.Desc {
+		c = -c
+	}
+	return c
+}
+
+var allOrders = []OrderField{OrderName, OrderNamespace, OrderCluster, OrderKind, OrderStatus, OrderCreatedAt, OrderUpdatedAt}
+
+// TestQueryMatchesReference pages through random filters, orders and
+// access sets and compares every page, total and facet with brute force.
+func TestQueryMatchesReference(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(7, 7))
+	s, clk := newTestStore(t)
+	model := map[Key]Object{}
+	for range 400 {
+		o := randomObject(rnd)
+		mustNoErr(t, s.Upsert(ctxb, o))
+		clk.Advance(time.Second)
+	}
+	for _, o := range drainObjects(t, s) {
+		model[o.Key()] = *o
+	}
+	for i := range 300 {
+		f, a := randomFilter(rnd), randomAccess(rnd)
+		order := Order{Field: allOrders[rnd.IntN(len(allOrders))], Desc: rnd.IntN(2) == 0}
+		var want []Object
+		for _, o := range model {
+			if refMatch(t, f, a, &o) {
+				want = append(want, o)
+			}
+		}
+		slices.SortFunc(want, func(x, y Object) int { return refCompare(order, &x, &y) })
+		first := 1 + rnd.IntN(15)
+		var got []Object
+		after := ""
+		for pages := 0; ; pages++ {
+			p, err := s.Query(ctxb, Query{Filter: f, Order: order, First: first, After: after, Access: a})
+			mustNoErr(t, err)
+			if p.TotalCount != len(want) {
+				t.Fatalf("case %d %+v order %v: total %d, want %d", i, f, order, p.TotalCount, len(want))
+			}
+			for _, e := range p.Edges {
+				got = append(got, *e.Object)
+			}
+			if !p.HasNextPage {
+				break
+			}
+			after = p.Edges[len(p.Edges)-1].Cursor
+		}
+		if len(got) != len(want) {
+			t.Fatalf("case %d %+v order %v: got %d rows, want %d", i, f, order, len(got), len(want))
+		}
+		for j := range got {
+			if got[j].Key() != want[j].Key() {
+				t.Fatalf("case %d %+v order %v: row %d = %s, want %s", i, f, order, j, got[j].Key(), want[j].Key())
+			}
+		}
+		checkFacets(t, s, f, a, want)
+	}
+}
+
+func drainObjects(t *testing.T, s *Store) []*Object {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []*Object
+	for _, r := range s.x.rows {
+		if r != nil {
+			out = append(out, s.x.object(r))
+		}
+	}
+	return out
+}
+
+// checkFacets compares Facets with a brute-force count of want.
+func checkFacets(t *testing.T, s *Store, f Filter, a *Access, want []Object) {
+	t.Helper()
+	fc, err := s.Facets(ctxb, f, a)
+	mustNoErr(t, err)
+	if fc.Total != len(want) {
+		t.Fatalf("facets %+v: total %d, want %d", f, fc.Total, len(want))
+	}
+	count := func(key func(o *Object) string) map[string]int {
+		m := map[string]int{}
+		for i := range want {
+			if k := key(&want[i]); k != "" {
+				m[k]++
+			}
+		}
+		return m
+	}
+	asMap := func(l []FacetCount) map[string]int {
+		m := map[string]int{}
+		for _, c := range l {
+			if c.Count > 0 {
+				m[c.Value] = c.Count
+			}
+		}
+		return m
+	}
+	for name, pair := range map[string][2]map[string]int{
+		"status":    {asMap(fc.Statuses), count(func(o *Object) string { return string(o.Status) })},
+		"kind":      {asMap(fc.Kinds), count(func(o *Object) string { return Kind{Group: o.Group, Kind: o.Kind}.GroupKind() })},
+		"cluster":   {asMap(fc.Clusters), count(func(o *Object) string { return o.Cluster })},
+		"namespace": {asMap(fc.Namespaces), count(func(o *Object) string { return o.Namespace })},
+	} {
+		if fmt.Sprint(pair[0]) != fmt.Sprint(pair[1]) {
+			t.Fatalf("facets %+v access %v: %s = %v, want %v", f, a, name, pair[0], pair[1])
+		}
+	}
+}
+
+// TestCursorStableUnderChurn pages through the fleet while another
+// goroutine adds, changes and deletes objects, and checks that no object
+// comes twice and every object that existed throughout comes once.
+func TestCursorStableUnderChurn(t *testing.T) {
+	for _, field := range allOrders {
+		t.Run(string(field), func(t *testing.T) {
+			rnd := rand.New(rand.NewPCG(1, uint64(len(field))))
+			s, clk := newTestStore(t)
+			var keys []Key
+			for range 300 {
+				o := randomObject(rnd)
+				mustNoErr(t, s.Upsert(ctxb, o))
+				keys = append(keys, o.Key())
+			}
+			// Objects that are never touched by the churn.
+			stable := map[Key]bool{}
+			for _, k := range keys[:100] {
+				if _, ok := s.Get(k); ok {
+					stable[k] = true
+				}
+			}
+			ctx, cancel := context.WithCancel(ctxb)
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				crnd := rand.New(rand.NewPCG(2, 2))
+				// Bounded, so that orders by a changing field (updatedAt)
+				// cannot keep moving rows ahead of the reader forever.
+				for n := 0; n < 3000 && ctx.Err() == nil; n++ {
+					o := randomObject(crnd)
+					if stable[o.Key()] {
+						continue
+					}
+					if n%50 == 0 {
+						time.Sleep(time.Millisecond)
+					}
+					clk.Advance(time.Millisecond)
+					if crnd.IntN(3) == 0 {
+						_ = s.Delete(ctx, o.Key())
+					} else {
+						_ = s.Upsert(ctx, o)
+					}
+				}
+			}()
+			defer func() { cancel(); wg.Wait() }()
+			seen := map[Key]bool{}
+			after := ""
+			for {
+				p, err := s.Query(ctxb, Query{Order: Order{Field: field}, First: 7, After: after, Access: &Access{All: true}})
+				mustNoErr(t, err)
+				for _, e := range p.Edges {
+					k := e.Object.Key()
+					if seen[k] && field != OrderUpdatedAt && field != OrderStatus {
+						t.Fatalf("%s returned twice", k)
+					}
+					seen[k] = true
+				}
+				if !p.HasNextPage {
+					break
+				}
+				after = p.Edges[len(p.Edges)-1].Cursor
+				time.Sleep(100 * time.Microsecond)
+			}
+			for k := range stable {
+				if !seen[k] {
+					t.Fatalf("stable object %s skipped", k)
+				}
+			}
+		})
+	}
+}
+
+func TestQueryErrors(t *testing.T) {
+	s, _ := newTestStore(t)
+	mustNoErr(t, s.Upsert(ctxb, pod("c", "n", "a", StatusHealthy, nil)))
+	p, err := s.Query(ctxb, Query{Access: &Access{All: true}})
+	mustNoErr(t, err)
+	tests := []struct {
+		name string
+		q    Query
+	}{
+		{"bad status", Query{Filter: Filter{Statuses: []Status{"NOPE"}}}},
+		{"bad selector", Query{Filter: Filter{LabelSelector: "a in (("}}},
+		{"bad order", Query{Order: Order{Field: "SIZE"}}},
+		{"bad cursor", Query{After: "!!!"}},
+		{"cursor of another order", Query{After: p.Edges[0].Cursor, Order: Order{Field: OrderKind}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.q.Access = &Access{All: true}
+			if _, err := s.Query(ctxb, tt.q); !errors.Is(err, ErrInvalidQuery) {
+				t.Fatalf("err = %v, want ErrInvalidQuery", err)
+			}
+		})
+	}
+	// No access sees nothing.
+	p, err = s.Query(ctxb, Query{})
+	mustNoErr(t, err)
+	if p.TotalCount != 0 || len(p.Edges) != 0 {
+		t.Fatalf("nil access saw %d", p.TotalCount)
+	}
+}
