@@ -1,0 +1,101 @@
+package index
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestFeedReplayAndResync(t *testing.T) {
+	s, _ := newTestStore(t, WithReplayBuffer(4))
+	for _, n := range []string{"a", "b", "c"} {
+		mustNoErr(t, s.Upsert(ctxb, pod("c", "ns", n, StatusHealthy, nil)))
+	}
+	// Resume from the middle: replays the rest.
+	if got := types(drain(t, s, 1)); len(got) != 2 || got[0] != "ADDED b" || got[1] != "ADDED c" {
+		t.Fatalf("replay from 1 = %v", got)
+	}
+	for _, n := range []string{"d", "e", "f"} {
+		mustNoErr(t, s.Upsert(ctxb, pod("c", "ns", n, StatusHealthy, nil)))
+	}
+	// Seq 1 and 2 fell out of the 4-event buffer.
+	tests := []struct {
+		name  string
+		after uint64
+		err   bool
+	}{
+		{"too old", 1, true},
+		{"oldest retained", 2, false},
+		{"now", 6, false},
+		{"future", 99, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sub, err := s.Subscribe(tt.after)
+			if tt.err {
+				if !errors.Is(err, ErrResyncRequired) {
+					t.Fatalf("err = %v, want ErrResyncRequired", err)
+				}
+				return
+			}
+			mustNoErr(t, err)
+			sub.Close()
+		})
+	}
+	if st := s.FeedStats(); st.Resyncs != 2 || st.Oldest != 3 || st.Last != 6 || st.Subscribers != 0 {
+		t.Errorf("stats = %+v", st)
+	}
+}
+
+func TestFeedSlowSubscriberMustResync(t *testing.T) {
+	s, _ := newTestStore(t, WithReplayBuffer(2))
+	sub, err := s.Subscribe(s.LastSeq())
+	mustNoErr(t, err)
+	defer sub.Close()
+	// Publishing never waits for the subscriber, which falls behind.
+	for _, n := range []string{"a", "b", "c"} {
+		mustNoErr(t, s.Upsert(ctxb, pod("c", "ns", n, StatusHealthy, nil)))
+	}
+	if _, err := sub.Next(ctxb, nil); !errors.Is(err, ErrResyncRequired) {
+		t.Fatalf("err = %v, want ErrResyncRequired", err)
+	}
+}
+
+func TestFeedNextBlocksAndWakes(t *testing.T) {
+	s, _ := newTestStore(t)
+	sub, err := s.Subscribe(0)
+	mustNoErr(t, err)
+	defer sub.Close()
+	ctx, cancel := context.WithTimeout(ctxb, 20*time.Millisecond)
+	_, err = sub.Next(ctx, nil)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Next without events = %v", err)
+	}
+	done := make(chan []*Event)
+	go func() {
+		evs, _ := sub.Next(ctxb, nil)
+		done <- evs
+	}()
+	mustNoErr(t, s.Upsert(ctxb, pod("c", "ns", "a", StatusHealthy, nil)))
+	select {
+	case evs := <-done:
+		if len(evs) != 1 || evs[0].Type != EventAdded || evs[0].Seq != 1 {
+			t.Fatalf("events = %v", types(evs))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("subscriber not woken")
+	}
+}
+
+func TestQuerySeqLinesUpWithFeed(t *testing.T) {
+	s, _ := newTestStore(t)
+	mustNoErr(t, s.Upsert(ctxb, pod("c", "ns", "a", StatusHealthy, nil)))
+	p, err := s.Query(ctxb, Query{Access: &Access{All: true}})
+	mustNoErr(t, err)
+	mustNoErr(t, s.Upsert(ctxb, pod("c", "ns", "b", StatusHealthy, nil)))
+	if got := types(drain(t, s, p.Seq)); len(got) != 1 || got[0] != "ADDED b" {
+		t.Fatalf("events after page = %v", got)
+	}
+}
