@@ -99,3 +99,26 @@ func TestQuerySeqLinesUpWithFeed(t *testing.T) {
 		t.Fatalf("events after page = %v", got)
 	}
 }
+
+func TestMatcherClassify(t *testing.T) {
+	s, _ := newTestStore(t)
+	m, err := NewMatcher(Filter{Statuses: []Status{StatusUnhealthy}}, &Access{All: true})
+	mustNoErr(t, err)
+	p := pod("c", "ns", "a", StatusHealthy, nil)
+	mustNoErr(t, s.Upsert(ctxb, p)) // not visible
+	p.Status = StatusUnhealthy
+	mustNoErr(t, s.Upsert(ctxb, p)) // enters: ADDED
+	p.Message = "still bad"
+	mustNoErr(t, s.Upsert(ctxb, p)) // MODIFIED
+	p.Status = StatusHealthy
+	mustNoErr(t, s.Upsert(ctxb, p)) // leaves: DELETED
+	var got []string
+	for _, e := range drain(t, s, 0) {
+		if typ, ok := m.Classify(e); ok {
+			got = append(got, typ.String())
+		}
+	}
+	if len(got) != 3 || got[0] != "ADDED" || got[1] != "MODIFIED" || got[2] != "DELETED" {
+		t.Fatalf("classified = %v", got)
+	}
+}

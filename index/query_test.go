@@ -7,12 +7,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"k8s.io/apimachinery/pkg/labels"
 )
 
 var flux = Kind{Group: "kustomize.toolkit.fluxcd.io", Version: "v1", Kind: "Kustomization", Resource: "kustomizations", Namespaced: true}
@@ -117,37 +114,14 @@ func randomAccess(rnd *rand.Rand) *Access {
 	return a
 }
 
-// refMatch is the reference definition of a filter and access match.
+// refMatch is the reference definition of a filter and access match:
+// Matcher works on whole Objects with labels.Selector and Access.Allows.
 func refMatch(t testing.TB, f Filter, a *Access, o *Object) bool {
-	if !a.Allows(o.Cluster, GroupResource{Group: o.Group, Resource: o.Resource}, o.Namespace, o.Name) {
-		return false
+	m, err := NewMatcher(f, a)
+	if err != nil {
+		t.Fatal(err)
 	}
-	in := func(vals []string, v string) bool { return len(vals) == 0 || slices.Contains(vals, v) }
-	if !in(f.Clusters, o.Cluster) || !in(f.Namespaces, o.Namespace) {
-		return false
-	}
-	if len(f.Kinds) > 0 && !slices.ContainsFunc(f.Kinds, func(k string) bool {
-		name, group, q := strings.Cut(k, ".")
-		return (strings.EqualFold(name, o.Kind) || strings.EqualFold(name, o.Resource)) && (!q || group == o.Group)
-	}) {
-		return false
-	}
-	if len(f.Statuses) > 0 && !slices.Contains(f.Statuses, o.Status) {
-		return false
-	}
-	if f.NameContains != "" && !strings.Contains(strings.ToLower(o.Name), strings.ToLower(f.NameContains)) {
-		return false
-	}
-	if f.LabelSelector != "" {
-		sel, err := labels.Parse(f.LabelSelector)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !sel.Matches(labels.Set(o.Labels)) {
-			return false
-		}
-	}
-	return true
+	return m.Match(o)
 }
 
 // refCompare is the reference order: the field, then the key.
