@@ -57,3 +57,29 @@ func BenchmarkQueryLabel(b *testing.B) {
 		benchSink = p
 	}
 }
+
+func BenchmarkQueryNamespaceKind(b *testing.B) {
+	s := benchStore()
+	q := index.Query{Filter: index.Filter{Clusters: []string{"cluster-003"}, Namespaces: []string{"ns-0042"}, Kinds: []string{"Pod"}}, Access: &index.Access{All: true}}
+	b.ReportAllocs()
+	for b.Loop() {
+		p, err := s.Query(context.Background(), q)
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchSink = p
+	}
+}
+
+func BenchmarkQueryKindStatus(b *testing.B) {
+	s := benchStore()
+	q := index.Query{Filter: index.Filter{Kinds: []string{"Kustomization"}, Statuses: []index.Status{index.StatusUnhealthy}}, Access: &index.Access{All: true}}
+	b.ReportAllocs()
+	for b.Loop() {
+		p, err := s.Query(context.Background(), q)
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchSink = p
+	}
+}
