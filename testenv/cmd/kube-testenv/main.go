@@ -8,12 +8,16 @@
 // and fault injection. Running it again with the same --data-dir keeps every
 // object, the serving certificate and the service-account keys.
 //
-// The API server runs with authorization-mode RBAC, a static token file and
-// no controllers: there is no controller-manager, scheduler or kubelet, so
-// pods stay Pending and namespaces are never finalized after deletion.
+// The API server runs with authorization-mode RBAC and a static token file.
+// Given --controller-token, the process also runs the two controllers whose
+// absence would make the cluster behave unlike a real one for fleetgraph:
+// ClusterRole aggregation (so "view", "edit" and "admin" have rules) and
+// namespace deletion. There is no scheduler or kubelet, so pods stay
+// Pending unless a test writes their status.
 package main
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -29,17 +33,29 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 	"k8s.io/component-base/cli"
 	_ "k8s.io/component-base/logs/json/register"          // JSON log format registration, as kube-apiserver's main does
 	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client-go metrics, as kube-apiserver's main does
 	_ "k8s.io/component-base/metrics/prometheus/version"  // version metric, as kube-apiserver's main does
 	"k8s.io/kubernetes/cmd/kube-apiserver/app"
+	"k8s.io/kubernetes/pkg/controller/clusterroleaggregation"
+	namespacecontroller "k8s.io/kubernetes/pkg/controller/namespace"
 )
 
 // etcdStartTimeout bounds how long embedded etcd may take to elect itself.
 // A single-member cluster on loopback is ready in well under a second; ten
 // seconds covers a loaded CI machine.
 const etcdStartTimeout = 10 * time.Second
+
+// controllerResync is the informer resync period of the in-process
+// controllers, as kube-controller-manager's default namespace sync period.
+const controllerResync = 5 * time.Minute
 
 func main() {
 	if err := run(); err != nil {
@@ -55,6 +71,7 @@ func run() error {
 		etcdPort  = flag.Int("etcd-port", 0, "embedded etcd client port on 127.0.0.1 (required)")
 		peerPort  = flag.Int("etcd-peer-port", 0, "embedded etcd peer port on 127.0.0.1 (required)")
 		tokenFile = flag.String("token-auth-file", "", "kube-apiserver --token-auth-file CSV (required)")
+		ctlToken  = flag.String("controller-token", "", "system:masters token the in-process controllers use (optional)")
 		verbosity = flag.Int("v", 0, "kube-apiserver log verbosity")
 	)
 	flag.Parse()
@@ -73,6 +90,18 @@ func run() error {
 		return err
 	}
 	defer etcd.Close()
+
+	if *ctlToken != "" {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		cfg := &rest.Config{
+			Host:            "https://127.0.0.1:" + strconv.Itoa(*port),
+			BearerToken:     *ctlToken,
+			TLSClientConfig: rest.TLSClientConfig{CAFile: filepath.Join(*dataDir, "certs", "apiserver.crt")},
+		}
+		// Informers retry until the API server below is serving.
+		go runControllers(ctx, cfg)
+	}
 
 	cmd := app.NewAPIServerCommand()
 	cmd.SetArgs([]string{
@@ -99,6 +128,31 @@ func run() error {
 		return fmt.Errorf("kube-apiserver exited with code %d", code)
 	}
 	return nil
+}
+
+// runControllers runs ClusterRole aggregation and namespace deletion
+// against the API server this process serves, until ctx ends.
+func runControllers(ctx context.Context, cfg *rest.Config) {
+	client := kubernetes.NewForConfigOrDie(cfg)
+	meta := metadata.NewForConfigOrDie(cfg)
+	// The namespace controller reads discovery once when built and exits
+	// the process if it gets nothing, so wait until the server answers.
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		_, err := client.Discovery().ServerPreferredNamespacedResources()
+		return err == nil, nil
+	})
+	if err != nil {
+		return // ctx ended
+	}
+	factory := informers.NewSharedInformerFactory(client, controllerResync)
+
+	aggregation := clusterroleaggregation.NewClusterRoleAggregation(factory.Rbac().V1().ClusterRoles(), client.RbacV1())
+	namespaces := namespacecontroller.NewNamespaceController(ctx, client, meta,
+		client.Discovery().ServerPreferredNamespacedResources,
+		factory.Core().V1().Namespaces(), controllerResync, corev1.FinalizerKubernetes)
+	factory.Start(ctx.Done())
+	go aggregation.Run(ctx, 2)
+	go namespaces.Run(ctx, 2)
 }
 
 // startEtcd starts a single-member etcd on loopback and waits until it

@@ -1,0 +1,62 @@
+# fleetgraph make targets. `make test` and `make demo` set up everything a
+# fresh machine needs; nothing here downloads anything but Go modules.
+
+SHELL := /bin/bash
+GO ?= go
+BIN := $(CURDIR)/bin
+TESTENV := $(BIN)/kube-testenv
+GOLANGCI_LINT_VERSION := v2.6.2
+GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+
+# Tests find the control-plane binary here, whatever their working directory.
+export FLEETGRAPH_TESTENV := $(TESTENV)
+
+TESTENV_SRC := $(shell find testenv -name '*.go' -not -path '*/rbacdiff/*') testenv/go.mod testenv/go.sum
+
+.PHONY: all build test test-root test-testenv lint demo testenv crds \
+	bench-index bench-authz bench-collector bench-graph test-rbac-full clean
+
+all: build
+
+build:
+	$(GO) build ./...
+
+## testenv: build the real kube-apiserver + etcd binary (only when its sources changed)
+testenv: $(TESTENV)
+
+$(TESTENV): $(TESTENV_SRC)
+	@mkdir -p $(BIN)
+	@echo "building kube-testenv (k8s.io/kubernetes; about 6 minutes cold)..."
+	cd testenv && $(GO) build -o $(TESTENV) ./cmd/kube-testenv
+	@touch $(TESTENV)
+
+## test: every test of every module, with the race detector
+test: testenv test-root test-testenv
+
+test-root:
+	$(GO) test -race -timeout 30m ./...
+
+test-testenv:
+	cd testenv && $(GO) test -race -timeout 20m ./...
+
+## lint: golangci-lint v2 with the config in .golangci.yml
+lint: $(GOLANGCI_LINT)
+	$(GOLANGCI_LINT) run ./...
+	cd testenv && $(GOLANGCI_LINT) run --config ../.golangci.yml ./...
+
+$(GOLANGCI_LINT):
+	@mkdir -p $(BIN)
+	GOBIN=$(BIN) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv $(BIN)/golangci-lint $(GOLANGCI_LINT)
+
+## demo: start seeded local clusters and serve fleetgraph; Ctrl-C stops everything
+demo: testenv
+	$(GO) run ./cmd/fleetgraph demo
+
+## crds: refresh the Istio CRDs fixture from the istio.io/api module
+crds:
+	cp "$$($(GO) list -m -f '{{.Dir}}' istio.io/api)/kubernetes/customresourcedefinitions.gen.yaml" internal/testcluster/testdata/istio-crds.yaml
+	chmod 644 internal/testcluster/testdata/istio-crds.yaml
+
+clean:
+	rm -rf $(BIN)

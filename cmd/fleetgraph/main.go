@@ -1,0 +1,55 @@
+// Command fleetgraph serves one GraphQL view of many Kubernetes clusters.
+//
+//	fleetgraph serve   collect from clusters and serve the API
+//	fleetgraph edge    run next to one cluster and push its state to a manager
+//	fleetgraph demo    start local clusters, seed them, and serve them
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRootCommand().ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleetgraph:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCommand() *cobra.Command {
+	var logLevel string
+	root := &cobra.Command{
+		Use:           "fleetgraph",
+		Short:         "One GraphQL view of many Kubernetes clusters, filtered by each cluster's RBAC",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			slog.SetDefault(logger)
+			klog.SetSlogLogger(logger) // client-go logs through slog too
+			return nil
+		},
+	}
+	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.AddCommand(newServeCommand(), newEdgeCommand(), newDemoCommand())
+	return root
+}
+
+// errNotImplemented marks subcommands that later work will build.
+var errNotImplemented = errors.New("not implemented yet")
