@@ -16,7 +16,8 @@ func (p *plan) bestSource() source {
 	x := p.x
 	best := source{est: len(x.rows) - len(x.free), each: x.eachRow}
 	consider := func(s source, ok bool) {
-		if ok && s.est < best.est {
+		// On a tie, prefer the narrower (and possibly exact) source.
+		if ok && (s.est < best.est || (s.est == best.est && s.exact)) {
 			best = s
 		}
 	}
