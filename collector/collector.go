@@ -1,0 +1,333 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/fleetgraph/fleetgraph/index"
+)
+
+// DefaultRelist is the default interval of the full relist that every kind
+// repeats as anti-entropy (seed 002: a full sync every 30 seconds). A
+// relist goes through Replace, whose change detection makes an unchanged
+// relist cost no events.
+const DefaultRelist = 30 * time.Second
+
+const (
+	// kindBackoffInitial is the first wait after a kind's list fails. A
+	// 429 or a blip should be retried quickly.
+	kindBackoffInitial = time.Second
+	// kindBackoffMax caps the wait: a kind that is forbidden or broken
+	// is retried once a minute, so it recovers on its own without
+	// hammering the API server.
+	kindBackoffMax = time.Minute
+	// relistJitter spreads relists of many kinds and clusters over time,
+	// so they do not all hit the API servers in the same second.
+	relistJitter = 0.1
+)
+
+// EventType says what happened to a kind.
+type EventType int
+
+// The events a collector reports.
+const (
+	// KindSynced: a full list of the kind reached the sink.
+	KindSynced EventType = iota
+	// KindFailed: the kind cannot be collected (listing failed); it is
+	// retried with backoff and its rows are kept as last known.
+	KindFailed
+	// WatchFailed: a watch request failed or a watch stream ended. It is
+	// the fastest sign of a lost connection, and also happens on normal
+	// watch timeouts, so the owner should check the connection, not
+	// assume the worst.
+	WatchFailed
+)
+
+// Event is a report from a collector to its owner.
+type Event struct {
+	Type EventType
+	Kind index.Kind
+	Err  error
+}
+
+// Config configures the collection of one cluster.
+type Config struct {
+	Cluster  string
+	Clients  *Clients
+	Sink     index.Sink
+	Registry *Registry
+	// Namespaces, if not empty, limits collection to these namespaces;
+	// ExcludeNamespaces drops namespaces. RBAC rows are always collected:
+	// authz needs every binding.
+	Namespaces        []string
+	ExcludeNamespaces []string
+	// Relist is the anti-entropy interval; zero means DefaultRelist.
+	Relist time.Duration
+	// OnEvent receives progress and trouble. It is called from collector
+	// goroutines and must not block.
+	OnEvent func(Event)
+	Logger  *slog.Logger
+}
+
+// Run is one collection of one cluster, started by Start.
+//
+// Concurrency: Start runs discovery on the caller's goroutine, then starts
+// one goroutine per present kind plus one that re-runs discovery every
+// relist interval to pick up kinds that appear later (a CRD installed after
+// start). All of them stop when the context passed to Start ends; Wait
+// returns after the last one has, so that no write from this run reaches
+// the sink after Wait.
+type Run struct {
+	cfg     Config
+	filter  namespaceFilter
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	running map[string]bool // GroupKind -> started
+	// Present lists the kinds discovery found and that are being
+	// collected, at start.
+	Present []index.Kind
+	// Missing lists the kinds the cluster does not serve, at start, with
+	// the reason. They were reported to the sink as kind errors.
+	Missing []MissingKind
+}
+
+// MissingKind is a kind a cluster does not serve.
+type MissingKind struct {
+	Kind index.Kind
+	Err  error
+}
+
+// ErrKindNotServed is the reason of a kind discovery does not list.
+var ErrKindNotServed = errors.New("kind not served by the cluster (is its CRD installed?)")
+
+// Start discovers which kinds the cluster serves, reports the missing ones
+// as kind errors, and starts collecting the rest. It fails only when
+// discovery itself fails, which means the cluster is unreachable.
+func Start(ctx context.Context, cfg Config) (*Run, error) {
+	if cfg.Relist <= 0 {
+		cfg.Relist = DefaultRelist
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.OnEvent == nil {
+		cfg.OnEvent = func(Event) {}
+	}
+	r := &Run{cfg: cfg, filter: newNamespaceFilter(cfg.Namespaces, cfg.ExcludeNamespaces), running: map[string]bool{}}
+	present, missing, err := r.discover()
+	if err != nil {
+		return nil, err
+	}
+	r.Missing = missing
+	for _, m := range missing {
+		if err := cfg.Sink.ReportKindError(ctx, cfg.Cluster, m.Kind, m.Err); err != nil {
+			return nil, fmt.Errorf("report missing kind %s: %w", m.Kind.GroupKind(), err)
+		}
+	}
+	for _, p := range present {
+		r.Present = append(r.Present, p.kind)
+		r.startKind(ctx, p)
+	}
+	r.wg.Add(1)
+	go r.rediscover(ctx)
+	return r, nil
+}
+
+// Wait blocks until every goroutine of the run has returned. Call it after
+// cancelling the context given to Start.
+func (r *Run) Wait() { r.wg.Wait() }
+
+type plannedKind struct {
+	adapter *Adapter
+	kind    index.Kind
+}
+
+// discover matches the registry against the cluster's API resources.
+// Partial discovery failures (one aggregated API down) make only that
+// group's kinds missing.
+func (r *Run) discover() ([]plannedKind, []MissingKind, error) {
+	groups, resources, err := r.cfg.Clients.Discovery.ServerGroupsAndResources()
+	failed := map[schema.GroupVersion]error{}
+	if err != nil {
+		var partial *discovery.ErrGroupDiscoveryFailed
+		if !errors.As(err, &partial) {
+			return nil, nil, fmt.Errorf("discovery: %w", err)
+		}
+		failed = partial.Groups
+	}
+	preferred := map[string]string{}
+	for _, g := range groups {
+		preferred[g.Name] = g.PreferredVersion.Version
+	}
+	// served[group][kind][version] = resource
+	served := map[string]map[string]map[string]metav1.APIResource{}
+	for _, list := range resources {
+		gv, err := schema.ParseGroupVersion(list.GroupVersion)
+		if err != nil {
+			continue
+		}
+		for _, res := range list.APIResources {
+			if slices.Contains([]rune(res.Name), '/') {
+				continue // a subresource
+			}
+			if served[gv.Group] == nil {
+				served[gv.Group] = map[string]map[string]metav1.APIResource{}
+			}
+			if served[gv.Group][res.Kind] == nil {
+				served[gv.Group][res.Kind] = map[string]metav1.APIResource{}
+			}
+			served[gv.Group][res.Kind][gv.Version] = res
+		}
+	}
+
+	var present []plannedKind
+	var missing []MissingKind
+	for _, a := range r.cfg.Registry.Adapters() {
+		versions := served[a.Group][a.Kind]
+		version := a.Version
+		if version == "" {
+			version = preferred[a.Group]
+			if _, ok := versions[version]; !ok {
+				version = firstVersion(versions)
+			}
+		}
+		res, ok := versions[version]
+		if !ok {
+			reason := ErrKindNotServed
+			for gv, gerr := range failed {
+				if gv.Group == a.Group {
+					reason = fmt.Errorf("discovery of %s failed: %w", gv, gerr)
+				}
+			}
+			missing = append(missing, MissingKind{Kind: index.Kind{Group: a.Group, Version: a.Version, Kind: a.Kind}, Err: reason})
+			continue
+		}
+		present = append(present, plannedKind{adapter: a, kind: index.Kind{
+			Group: a.Group, Version: version, Kind: a.Kind, Resource: res.Name, Namespaced: res.Namespaced,
+		}})
+	}
+	return present, missing, nil
+}
+
+func firstVersion(versions map[string]metav1.APIResource) string {
+	keys := make([]string, 0, len(versions))
+	for v := range versions {
+		keys = append(keys, v)
+	}
+	slices.Sort(keys)
+	if len(keys) == 0 {
+		return ""
+	}
+	return keys[0]
+}
+
+// rediscover re-runs discovery every relist interval and starts kinds that
+// appeared since.
+func (r *Run) rediscover(ctx context.Context) {
+	defer r.wg.Done()
+	t := time.NewTicker(r.cfg.Relist)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		present, _, err := r.discover()
+		if err != nil {
+			r.cfg.OnEvent(Event{Type: WatchFailed, Err: err})
+			continue
+		}
+		for _, p := range present {
+			r.startKind(ctx, p)
+		}
+	}
+}
+
+// startKind starts collecting a kind unless it runs already.
+func (r *Run) startKind(ctx context.Context, p plannedKind) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	gk := p.kind.GroupKind()
+	if r.running[gk] {
+		return
+	}
+	r.running[gk] = true
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.collectKind(ctx, p)
+	}()
+}
+
+// collectKind lists and watches one kind until ctx ends. Each cycle lists
+// everything (a Replace), watches for the relist interval, and starts over.
+// A failing list is reported and retried with exponential backoff and
+// jitter.
+func (r *Run) collectKind(ctx context.Context, p plannedKind) {
+	gvr := schema.GroupVersionResource{Group: p.kind.Group, Version: p.kind.Version, Resource: p.kind.Resource}
+	lw := &signallingListWatch{inner: p.adapter.listWatch(r.cfg.Clients, gvr), report: func(err error) {
+		r.cfg.OnEvent(Event{Type: WatchFailed, Kind: p.kind, Err: err})
+	}}
+	store := &rowStore{ctx: ctx, run: r, adapter: p.adapter, kind: p.kind}
+	reflector := cache.NewReflectorWithOptions(lw, p.adapter.newObject(), store, cache.ReflectorOptions{
+		Name:            r.cfg.Cluster + "/" + p.kind.GroupKind(),
+		TypeDescription: p.kind.GroupKind(),
+	})
+	backoff := kindBackoffInitial
+	for ctx.Err() == nil {
+		cycle, cancel := context.WithTimeout(ctx, jitter(r.cfg.Relist, relistJitter))
+		err := reflector.ListAndWatchWithContext(cycle)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			backoff = kindBackoffInitial
+			continue // the cycle ended: relist
+		}
+		r.cfg.Logger.Warn("collecting kind failed", "cluster", r.cfg.Cluster, "kind", p.kind.GroupKind(), "err", err, "retry_in", backoff)
+		if rerr := r.cfg.Sink.ReportKindError(ctx, r.cfg.Cluster, p.kind, describeListError(p.kind, err)); rerr != nil && ctx.Err() == nil {
+			r.cfg.Logger.Error("reporting kind error failed", "cluster", r.cfg.Cluster, "kind", p.kind.GroupKind(), "err", rerr)
+		}
+		r.cfg.OnEvent(Event{Type: KindFailed, Kind: p.kind, Err: err})
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(jitter(backoff, 0.5)):
+		}
+		backoff = min(2*backoff, kindBackoffMax)
+	}
+}
+
+// describeListError turns a list failure into the message users see on the
+// kind.
+func describeListError(kind index.Kind, err error) error {
+	switch {
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf("forbidden: fleetgraph's credentials may not list %s: %w", kind.Resource, err)
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("%s is no longer served: %w", kind.Resource, err)
+	case apierrors.IsTooManyRequests(err):
+		return fmt.Errorf("throttled by the API server (429), retrying: %w", err)
+	default:
+		return err
+	}
+}
+
+// jitter returns d plus or minus up to fraction of it.
+func jitter(d time.Duration, fraction float64) time.Duration {
+	return time.Duration(float64(d) * (1 + fraction*(2*rand.Float64()-1)))
+}

@@ -1,0 +1,253 @@
+package collector
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/fleetgraph/fleetgraph/index"
+)
+
+// rowStore is the reflector's store: it normalizes each object into a row
+// and writes it straight into the sink. It keeps nothing, so full objects
+// live only while one is being decoded and normalized.
+type rowStore struct {
+	ctx     context.Context
+	run     *Run
+	adapter *Adapter
+	kind    index.Kind
+}
+
+var _ cache.ReflectorStore = (*rowStore)(nil)
+
+func (s *rowStore) Add(obj any) error    { return s.upsert(obj) }
+func (s *rowStore) Update(obj any) error { return s.upsert(obj) }
+func (s *rowStore) Resync() error        { return nil }
+
+func (s *rowStore) upsert(obj any) error {
+	row, ok, err := s.row(obj)
+	if err != nil || !ok {
+		return err
+	}
+	return s.run.cfg.Sink.Upsert(s.ctx, row)
+}
+
+func (s *rowStore) Delete(obj any) error {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	acc, err := meta.Accessor(obj)
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", s.kind.GroupKind(), err)
+	}
+	return s.run.cfg.Sink.Delete(s.ctx, index.Key{
+		Cluster: s.run.cfg.Cluster, Group: s.kind.Group, Kind: s.kind.Kind,
+		Namespace: acc.GetNamespace(), Name: acc.GetName(),
+	})
+}
+
+// Replace is a full list: it replaces every row of the kind.
+func (s *rowStore) Replace(list []any, _ string) error {
+	rows := make([]index.Object, 0, len(list))
+	for _, obj := range list {
+		row, ok, err := s.row(obj)
+		if err != nil {
+			return err
+		}
+		if ok {
+			rows = append(rows, row)
+		}
+	}
+	if err := s.run.cfg.Sink.Replace(s.ctx, s.run.cfg.Cluster, s.kind, rows); err != nil {
+		return err
+	}
+	s.run.cfg.OnEvent(Event{Type: KindSynced, Kind: s.kind})
+	return nil
+}
+
+// row normalizes an object. It returns false for objects the namespace
+// filter drops.
+func (s *rowStore) row(obj any) (index.Object, bool, error) {
+	ro, ok := obj.(runtime.Object)
+	if !ok {
+		return index.Object{}, false, fmt.Errorf("%s: unexpected %T", s.kind.GroupKind(), obj)
+	}
+	acc, err := meta.Accessor(ro)
+	if err != nil {
+		return index.Object{}, false, fmt.Errorf("%s: %w", s.kind.GroupKind(), err)
+	}
+	if s.kind.Group != index.RBACGroup && !s.run.filter.allows(s.kind, acc) {
+		return index.Object{}, false, nil
+	}
+	n := s.adapter.normalize(ro)
+	row := index.Object{
+		Cluster:         s.run.cfg.Cluster,
+		Namespace:       acc.GetNamespace(),
+		Group:           s.kind.Group,
+		Version:         s.kind.Version,
+		Kind:            s.kind.Kind,
+		Resource:        s.kind.Resource,
+		Name:            acc.GetName(),
+		UID:             string(acc.GetUID()),
+		Labels:          acc.GetLabels(),
+		CreatedAt:       acc.GetCreationTimestamp().Time,
+		ResourceVersion: acc.GetResourceVersion(),
+		Status:          n.Status,
+		Message:         truncate(n.Message, maxMessage),
+		Policy:          n.Policy,
+	}
+	for _, o := range acc.GetOwnerReferences() {
+		row.OwnerRefs = append(row.OwnerRefs, index.OwnerRef{Kind: o.Kind, Name: o.Name})
+	}
+	if len(n.Summary) > 0 {
+		row.Summary, err = json.Marshal(n.Summary)
+		if err != nil {
+			return index.Object{}, false, fmt.Errorf("%s %s: summary: %w", s.kind.GroupKind(), acc.GetName(), err)
+		}
+	}
+	return row, true, nil
+}
+
+// maxMessage caps a row's message: a list column, not a log.
+const maxMessage = 512
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	// Cut on a rune boundary.
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// namespaceFilter applies the include and exclude lists.
+type namespaceFilter struct {
+	include map[string]bool
+	exclude map[string]bool
+}
+
+func newNamespaceFilter(include, exclude []string) namespaceFilter {
+	f := namespaceFilter{}
+	if len(include) > 0 {
+		f.include = map[string]bool{}
+		for _, n := range include {
+			f.include[n] = true
+		}
+	}
+	if len(exclude) > 0 {
+		f.exclude = map[string]bool{}
+		for _, n := range exclude {
+			f.exclude[n] = true
+		}
+	}
+	return f
+}
+
+// allows reports whether an object passes the namespace filter. A
+// Namespace object is filtered by its own name; other cluster-scoped
+// objects always pass.
+func (f namespaceFilter) allows(kind index.Kind, obj metav1.Object) bool {
+	ns := obj.GetNamespace()
+	if kind.Group == "" && kind.Kind == "Namespace" {
+		ns = obj.GetName()
+	}
+	if ns == "" {
+		return true
+	}
+	if f.include != nil && !f.include[ns] {
+		return false
+	}
+	return !f.exclude[ns]
+}
+
+// signallingListWatch reports every failed watch request and every watch
+// stream that ends without being stopped: the first sign of a lost
+// connection, long before a list would fail.
+type signallingListWatch struct {
+	inner  cache.ListerWatcher
+	report func(error)
+}
+
+// errWatchClosed is reported when a watch stream ends on its own.
+var errWatchClosed = errors.New("watch stream closed by the server or the network")
+
+func (l *signallingListWatch) List(opts metav1.ListOptions) (runtime.Object, error) {
+	return l.ListWithContext(context.Background(), opts)
+}
+
+func (l *signallingListWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	return cache.ToListerWatcherWithContext(l.inner).ListWithContext(ctx, opts)
+}
+
+func (l *signallingListWatch) Watch(opts metav1.ListOptions) (watch.Interface, error) {
+	return l.WatchWithContext(context.Background(), opts)
+}
+
+func (l *signallingListWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	w, err := cache.ToListerWatcherWithContext(l.inner).WatchWithContext(ctx, opts)
+	if err != nil {
+		if ctx.Err() == nil {
+			l.report(err)
+		}
+		return nil, err
+	}
+	return newSignallingWatch(ctx, w, l.report), nil
+}
+
+// signallingWatch forwards a watch's events and reports when the stream
+// ends unless it was stopped or its context ended.
+type signallingWatch struct {
+	inner    watch.Interface
+	out      chan watch.Event
+	stopOnce sync.Once
+	stopped  chan struct{}
+}
+
+func newSignallingWatch(ctx context.Context, inner watch.Interface, report func(error)) *signallingWatch {
+	w := &signallingWatch{inner: inner, out: make(chan watch.Event), stopped: make(chan struct{})}
+	go func() {
+		defer close(w.out)
+		for {
+			select {
+			case ev, ok := <-inner.ResultChan():
+				if !ok {
+					select {
+					case <-w.stopped:
+					default:
+						if ctx.Err() == nil {
+							report(errWatchClosed)
+						}
+					}
+					return
+				}
+				select {
+				case w.out <- ev:
+				case <-w.stopped:
+					return
+				}
+			case <-w.stopped:
+				return
+			}
+		}
+	}()
+	return w
+}
+
+func (w *signallingWatch) Stop() {
+	w.stopOnce.Do(func() {
+		close(w.stopped)
+		w.inner.Stop()
+	})
+}
+
+func (w *signallingWatch) ResultChan() <-chan watch.Event { return w.out }

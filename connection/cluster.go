@@ -1,0 +1,422 @@
+package connection
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/fleetgraph/fleetgraph/collector"
+	"github.com/fleetgraph/fleetgraph/index"
+)
+
+// sigType is what a signal to a cluster's lifecycle says.
+type sigType int
+
+const (
+	sigKindSynced sigType = iota
+	sigKindFailed
+	sigWatchFailed
+	sigProbeOK
+	sigProbeFailed
+	sigReconnect
+)
+
+// signal is a message to a cluster's lifecycle goroutine. gen is the
+// generation of the connection that produced it: the lifecycle ignores
+// signals from older connections, so a probe that used a client from
+// before a reconnect can never cause another reconnect (seed 000,
+// problem 2).
+type signal struct {
+	gen  uint64
+	typ  sigType
+	kind index.Kind
+	err  error
+}
+
+// signalBuffer is the depth of a cluster's signal channel. Senders never
+// block: when it is full, a signal is dropped, which is safe because every
+// signal is either repeated (probes, relists) or only a hint (watch
+// failures, which merely trigger a probe).
+const signalBuffer = 256
+
+// cluster is one cluster's lifecycle.
+//
+// Concurrency: run is the only goroutine that changes state or writes the
+// cluster row. Collectors and the probe loop talk to it through signals;
+// they and their connection are owned by one session and end with its
+// context. cfg is read by other goroutines (RESTConfig) under mu.
+type cluster struct {
+	m    *Manager
+	spec Spec
+
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	signals chan signal
+
+	gen atomic.Uint64 // the current connection's generation; written by run only
+
+	// Owned by run.
+	row      index.Cluster
+	lastSeen time.Time // last successful contact, written to the row lazily
+
+	mu  sync.Mutex
+	cfg *rest.Config // current connection's config, nil when not connected
+}
+
+func newCluster(m *Manager, spec Spec) *cluster {
+	return &cluster{
+		m: m, spec: spec, signals: make(chan signal, signalBuffer),
+		row: index.Cluster{Name: spec.Name, Labels: spec.Labels, Mode: index.ModePull},
+	}
+}
+
+// send delivers a signal without blocking.
+func (c *cluster) send(s signal) {
+	select {
+	case c.signals <- s:
+	default:
+		c.m.metrics.signalsDropped.WithLabelValues(c.spec.Name).Inc()
+	}
+}
+
+// poke sends a signal to the current connection. If the connection is
+// lost before the signal is read, the next one ignores it.
+func (c *cluster) poke(t sigType) { c.send(signal{gen: c.gen.Load(), typ: t}) }
+
+func (c *cluster) currentConfig() *rest.Config {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cfg
+}
+
+func (c *cluster) setConfig(cfg *rest.Config) {
+	c.mu.Lock()
+	c.cfg = cfg
+	c.mu.Unlock()
+}
+
+// run connects, serves the connection until it is lost, and reconnects,
+// until ctx ends.
+func (c *cluster) run(ctx context.Context) {
+	log := c.m.opts.Logger.With("cluster", c.spec.Name)
+	c.transition(ctx, index.StateConnecting, nil)
+	backoff := c.m.opts.BackoffInitial
+	for ctx.Err() == nil {
+		err := c.session(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		log.Warn("cluster connection lost", "err", err)
+		c.transition(ctx, index.StateDisconnected, err)
+		// Wait until the server answers again, with a fresh client
+		// each time, then start a new session (which resyncs).
+		for ctx.Err() == nil {
+			wait := jitter(backoff)
+			backoff = min(2*backoff, c.m.opts.BackoffMax)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			if err := c.reachable(ctx); err != nil {
+				c.recordError(ctx, err)
+				continue
+			}
+			backoff = c.m.opts.BackoffInitial
+			c.transition(ctx, index.StateConnecting, nil)
+			break
+		}
+	}
+}
+
+// reachable builds a client from the source and probes it once.
+func (c *cluster) reachable(ctx context.Context) error {
+	cfg, closeIdle, err := c.buildConfig(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeIdle()
+	clients, err := collector.NewClients(cfg)
+	if err != nil {
+		return err
+	}
+	return c.probeOnce(ctx, clients)
+}
+
+// buildConfig gets a fresh config from the source and gives it a
+// transport of its own with HTTP/2 health checks.
+func (c *cluster) buildConfig(ctx context.Context) (*rest.Config, func(), error) {
+	cfg, err := c.spec.Config(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("build client: %w", err)
+	}
+	cfg, tr, err := withHealthChecks(cfg, c.m.opts.HTTP2ReadIdle, c.m.opts.HTTP2PingTimeout)
+	if err != nil {
+		return nil, nil, fmt.Errorf("build transport: %w", err)
+	}
+	closeIdle := func() {}
+	if tr != nil {
+		closeIdle = tr.CloseIdleConnections
+	}
+	return cfg, closeIdle, nil
+}
+
+// session runs one connection: it builds clients, starts the collector and
+// the probe loop, reports CONNECTED once every kind has synced, and returns
+// when the connection is lost or ctx ends.
+func (c *cluster) session(ctx context.Context) error {
+	gen := c.gen.Add(1)
+	cfg, closeIdle, err := c.buildConfig(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeIdle()
+	clients, err := collector.NewClients(cfg)
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	run, err := collector.Start(sctx, collector.Config{
+		Cluster: c.spec.Name, Clients: clients, Sink: c.m.opts.Store, Registry: c.m.opts.Registry,
+		Namespaces: c.m.opts.Namespaces, ExcludeNamespaces: c.m.opts.ExcludeNamespaces,
+		Relist: c.m.opts.Relist, Logger: c.m.opts.Logger,
+		OnEvent: func(e collector.Event) { c.send(collectorSignal(gen, e)) },
+	})
+	if err != nil {
+		return err
+	}
+	defer run.Wait() // after cancel: no write of this session outlives it
+	c.setConfig(cfg)
+	defer c.setConfig(nil)
+	c.lastSeen = time.Now()
+	c.updateMetadata(sctx, clients)
+
+	probeKick := make(chan struct{}, 1)
+	probeDone := make(chan struct{})
+	go func() {
+		defer close(probeDone)
+		c.probeLoop(sctx, gen, clients, probeKick)
+	}()
+	defer func() { cancel(); <-probeDone }()
+
+	pending := map[string]bool{}
+	for _, k := range run.Present {
+		pending[k.GroupKind()] = true
+	}
+	failing := map[string]error{}
+	failures := 0
+	settle := func() {
+		if len(pending) > 0 {
+			return
+		}
+		c.row.Synced = true
+		if len(failing) > 0 {
+			c.transition(ctx, index.StateDegraded, firstError(failing))
+		} else {
+			c.transition(ctx, index.StateConnected, nil)
+		}
+	}
+	settle() // a cluster with no present kinds is synced at once
+
+	for {
+		var s signal
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case s = <-c.signals:
+		}
+		if s.gen != gen {
+			c.m.metrics.staleSignals.WithLabelValues(c.spec.Name).Inc()
+			continue // from an older connection: harmless by construction
+		}
+		switch s.typ {
+		case sigKindSynced:
+			delete(pending, s.kind.GroupKind())
+			delete(failing, s.kind.GroupKind())
+			settle()
+		case sigKindFailed:
+			delete(pending, s.kind.GroupKind())
+			failing[s.kind.GroupKind()] = fmt.Errorf("%s: %w", s.kind.GroupKind(), s.err)
+			settle()
+		case sigWatchFailed:
+			select { // check the connection now rather than at the next tick
+			case probeKick <- struct{}{}:
+			default:
+			}
+		case sigProbeOK:
+			failures = 0
+			c.seen(ctx)
+		case sigProbeFailed:
+			failures++
+			if failures >= c.m.opts.ProbeFailures {
+				return s.err
+			}
+			select { // confirm at once instead of waiting a whole interval
+			case probeKick <- struct{}{}:
+			default:
+			}
+		case sigReconnect:
+			return errors.New("reconnect requested")
+		}
+	}
+}
+
+func collectorSignal(gen uint64, e collector.Event) signal {
+	s := signal{gen: gen, kind: e.Kind, err: e.Err}
+	switch e.Type {
+	case collector.KindSynced:
+		s.typ = sigKindSynced
+	case collector.KindFailed:
+		s.typ = sigKindFailed
+	default:
+		s.typ = sigWatchFailed
+	}
+	return s
+}
+
+func firstError(errs map[string]error) error {
+	var first string
+	for k := range errs {
+		if first == "" || k < first {
+			first = k
+		}
+	}
+	return errs[first]
+}
+
+// probeLoop probes /readyz every interval, or at once when kicked, and
+// reports each result. It is the one probe loop of the cluster, whatever
+// the number of clients watching its state (seed 000, problem 1).
+func (c *cluster) probeLoop(ctx context.Context, gen uint64, clients *collector.Clients, kick <-chan struct{}) {
+	t := time.NewTicker(c.m.opts.ProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-kick:
+		}
+		err := c.probeOnce(ctx, clients)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			c.send(signal{gen: gen, typ: sigProbeFailed, err: err})
+		} else {
+			c.send(signal{gen: gen, typ: sigProbeOK})
+		}
+	}
+}
+
+// probeOnce asks the API server whether it is ready. It sends one plain
+// request: client-go's retries would hide a dead server for seconds.
+func (c *cluster) probeOnce(ctx context.Context, clients *collector.Clients) error {
+	ctx, cancel := context.WithTimeout(ctx, c.m.opts.ProbeTimeout)
+	defer cancel()
+	c.m.metrics.probes.WithLabelValues(c.spec.Name).Inc()
+	err := probeReadyz(ctx, clients)
+	if err != nil {
+		c.m.metrics.probeFailures.WithLabelValues(c.spec.Name).Inc()
+	}
+	return err
+}
+
+func probeReadyz(ctx context.Context, clients *collector.Clients) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(clients.Host, "/")+"/readyz", nil)
+	if err != nil {
+		return fmt.Errorf("readyz probe: %w", err)
+	}
+	resp, err := clients.HTTP.Do(req)
+	if err != nil {
+		return fmt.Errorf("readyz probe: %w", err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("readyz probe: HTTP %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// transition moves the cluster to a new state and writes the row. Writing
+// the same state again changes nothing and publishes nothing, so there is
+// exactly one event per transition.
+func (c *cluster) transition(ctx context.Context, state index.ConnectionState, err error) {
+	now := time.Now()
+	if c.row.State != state {
+		c.m.opts.Logger.Info("cluster state", "cluster", c.spec.Name, "from", c.row.State, "to", state)
+		c.m.metrics.transitions.WithLabelValues(c.spec.Name, string(state)).Inc()
+		c.row.State, c.row.Since = state, now
+	}
+	switch {
+	case err != nil:
+		c.row.LastError = err.Error()
+	case state == index.StateConnected:
+		c.row.LastError = ""
+	}
+	if state == index.StateConnected || state == index.StateDegraded {
+		c.lastSeen = now
+	}
+	c.row.LastSeen = c.lastSeen
+	c.write(ctx)
+}
+
+// recordError updates lastError while disconnected, without a transition.
+func (c *cluster) recordError(ctx context.Context, err error) {
+	c.row.LastError = err.Error()
+	c.write(ctx)
+}
+
+// seen records a successful probe, writing LastSeen at most every
+// lastSeenEvery.
+func (c *cluster) seen(ctx context.Context) {
+	c.lastSeen = time.Now()
+	if c.lastSeen.Sub(c.row.LastSeen) >= lastSeenEvery {
+		c.row.LastSeen = c.lastSeen
+		c.write(ctx)
+	}
+}
+
+// updateMetadata records the Kubernetes version and Istio control plane.
+func (c *cluster) updateMetadata(ctx context.Context, clients *collector.Clients) {
+	md := map[string]string{}
+	if v, err := clients.Discovery.ServerVersion(); err == nil {
+		md["kubernetes.version"] = v.GitVersion
+	}
+	istio, err := collector.DetectIstio(ctx, clients)
+	if err != nil {
+		c.m.opts.Logger.Warn("istio detection failed", "cluster", c.spec.Name, "err", err)
+	}
+	maps.Copy(md, istio.Metadata())
+	c.row.Metadata = md
+	c.write(ctx)
+}
+
+func (c *cluster) write(ctx context.Context) {
+	row := c.row
+	row.Labels = maps.Clone(c.row.Labels)
+	row.Metadata = maps.Clone(c.row.Metadata)
+	if err := c.m.opts.Store.UpsertCluster(ctx, row); err != nil && ctx.Err() == nil {
+		c.m.opts.Logger.Error("writing cluster state failed", "cluster", c.spec.Name, "err", err)
+	}
+}
+
+// jitter spreads d by ±20%, so clusters that failed together do not retry
+// in lockstep.
+func jitter(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}

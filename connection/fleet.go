@@ -1,0 +1,50 @@
+package connection
+
+import (
+	"fmt"
+
+	"github.com/fleetgraph/fleetgraph/index"
+)
+
+// FleetStatus is the fleet's rebuild progress: after a start, the index is
+// empty until every cluster's first full sync, and users are told how far
+// along it is ("Rebuilding indices... 35/100 clusters", seed 003).
+type FleetStatus struct {
+	ClustersTotal  int
+	ClustersSynced int
+	// Rebuilding is true while some reachable cluster has not finished its
+	// first full sync. A cluster that is unreachable from the start does
+	// not keep the fleet "rebuilding" forever: it counts as disconnected.
+	Rebuilding bool
+	Message    string
+}
+
+// Fleet computes the fleet status from the cluster rows.
+func Fleet(clusters []*index.Cluster) FleetStatus {
+	s := FleetStatus{ClustersTotal: len(clusters)}
+	disconnected := 0
+	for _, c := range clusters {
+		if c.Synced {
+			s.ClustersSynced++
+		}
+		if c.State == index.StateDisconnected {
+			disconnected++
+		} else if !c.Synced {
+			s.Rebuilding = true
+		}
+	}
+	switch {
+	case s.ClustersTotal == 0:
+		s.Message = "No clusters configured"
+	case s.Rebuilding:
+		s.Message = fmt.Sprintf("Rebuilding indices... %d/%d clusters", s.ClustersSynced, s.ClustersTotal)
+	case s.ClustersSynced == s.ClustersTotal:
+		s.Message = fmt.Sprintf("All %d clusters synced", s.ClustersTotal)
+	default:
+		s.Message = fmt.Sprintf("%d/%d clusters synced", s.ClustersSynced, s.ClustersTotal)
+	}
+	if disconnected > 0 {
+		s.Message += fmt.Sprintf(" (%d disconnected, showing last known state)", disconnected)
+	}
+	return s
+}

@@ -1,0 +1,243 @@
+package connection
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/rest"
+
+	"github.com/fleetgraph/fleetgraph/collector"
+	"github.com/fleetgraph/fleetgraph/index"
+)
+
+// Defaults for Options. They are chosen so that a frozen or black-holed
+// API server is noticed within about five seconds, a killed one within a
+// fraction of a second (its watches break at once), and a recovered one is
+// reconnected within a few seconds, while a busy but healthy server is not
+// declared lost: two probes in a row must fail.
+const (
+	DefaultProbeInterval    = time.Second
+	DefaultProbeTimeout     = 1500 * time.Millisecond
+	DefaultProbeFailures    = 2
+	DefaultHTTP2ReadIdle    = 3 * time.Second
+	DefaultHTTP2PingTimeout = 2 * time.Second
+	// DefaultBackoffInitial is the first wait before reconnecting.
+	DefaultBackoffInitial = 250 * time.Millisecond
+	// DefaultBackoffMax caps the reconnect wait. A probe of a dead
+	// server is one cheap TCP attempt, so a low cap costs little and
+	// keeps recovery within seconds of the server coming back.
+	DefaultBackoffMax = 2 * time.Second
+	// lastSeenEvery throttles writes of LastSeen while connected: every
+	// write is a change event, and a row per second per cluster would be
+	// noise for subscribers.
+	lastSeenEvery = 10 * time.Second
+)
+
+// Options configures a Manager.
+type Options struct {
+	// Store receives rows and cluster state.
+	Store *index.Store
+	// Registry lists the kinds to collect; nil means collector.NewRegistry().
+	Registry *collector.Registry
+	// Namespaces and ExcludeNamespaces filter collected objects.
+	Namespaces, ExcludeNamespaces []string
+	// Relist is the collectors' anti-entropy interval; zero means
+	// collector.DefaultRelist.
+	Relist time.Duration
+	// ProbeInterval, ProbeTimeout and ProbeFailures tune the /readyz probe
+	// loop: a cluster is lost after ProbeFailures failed probes in a row.
+	ProbeInterval time.Duration
+	ProbeTimeout  time.Duration
+	ProbeFailures int
+	// HTTP2ReadIdle and HTTP2PingTimeout tune the HTTP/2 health check that
+	// closes half-open connections: after ReadIdle without a frame, a ping
+	// is sent, and the connection is closed if no answer comes within
+	// PingTimeout.
+	HTTP2ReadIdle    time.Duration
+	HTTP2PingTimeout time.Duration
+	// BackoffInitial and BackoffMax bound the exponential, jittered wait
+	// between reconnect attempts.
+	BackoffInitial, BackoffMax time.Duration
+	// Registerer, if set, receives the manager's metrics.
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.Registry == nil {
+		o.Registry = collector.NewRegistry()
+	}
+	setDefault(&o.ProbeInterval, DefaultProbeInterval)
+	setDefault(&o.ProbeTimeout, DefaultProbeTimeout)
+	setDefault(&o.HTTP2ReadIdle, DefaultHTTP2ReadIdle)
+	setDefault(&o.HTTP2PingTimeout, DefaultHTTP2PingTimeout)
+	setDefault(&o.BackoffInitial, DefaultBackoffInitial)
+	setDefault(&o.BackoffMax, DefaultBackoffMax)
+	if o.ProbeFailures <= 0 {
+		o.ProbeFailures = DefaultProbeFailures
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+func setDefault(d *time.Duration, v time.Duration) {
+	if *d <= 0 {
+		*d = v
+	}
+}
+
+// Manager owns the connection lifecycle of every pull-mode cluster: one
+// goroutine and one probe loop per cluster, however many clients watch.
+//
+// Concurrency: Run starts a lifecycle goroutine per cluster added before
+// or while it runs, each with its own context in the cancels map, guarded
+// by mu. Remove cancels one cluster's context, waits for its goroutine,
+// and removes its rows. When Run's context ends, every cluster is
+// cancelled and Run returns after their goroutines have.
+type Manager struct {
+	opts    Options
+	metrics *metrics
+
+	mu       sync.Mutex
+	ctx      context.Context // set by Run; nil before
+	clusters map[string]*cluster
+	wg       sync.WaitGroup
+}
+
+// ErrUnknownCluster is returned for a cluster the manager does not have.
+var ErrUnknownCluster = errors.New("unknown cluster")
+
+// NewManager returns a Manager. Clusters added before Run start when Run
+// does.
+func NewManager(opts Options) (*Manager, error) {
+	if opts.Store == nil {
+		return nil, errors.New("connection: Options.Store is required")
+	}
+	opts.setDefaults()
+	m := &Manager{opts: opts, clusters: map[string]*cluster{}, metrics: newMetrics()}
+	if opts.Registerer != nil {
+		if err := m.metrics.register(opts.Registerer); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Add adds a cluster. Adding a name twice is an error.
+func (m *Manager) Add(spec Spec) error {
+	if spec.Name == "" || spec.Config == nil {
+		return errors.New("connection: a cluster needs a name and a Config function")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.clusters[spec.Name]; ok {
+		return fmt.Errorf("cluster %q is added already", spec.Name)
+	}
+	c := newCluster(m, spec)
+	m.clusters[spec.Name] = c
+	if m.ctx != nil {
+		m.start(c)
+	}
+	return nil
+}
+
+// start runs a cluster's lifecycle. mu must be held and m.ctx set.
+func (m *Manager) start(c *cluster) {
+	ctx, cancel := context.WithCancel(m.ctx)
+	c.cancel = cancel
+	c.done = make(chan struct{})
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		defer close(c.done)
+		c.run(ctx)
+	}()
+}
+
+// Remove stops collecting a cluster and removes its rows from the index.
+func (m *Manager) Remove(ctx context.Context, name string) error {
+	m.mu.Lock()
+	c, ok := m.clusters[name]
+	delete(m.clusters, name)
+	m.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w %q", ErrUnknownCluster, name)
+	}
+	if c.cancel != nil {
+		c.cancel()
+		<-c.done
+	}
+	if err := m.opts.Store.RemoveCluster(ctx, name); err != nil {
+		return fmt.Errorf("remove cluster %q: %w", name, err)
+	}
+	return nil
+}
+
+// Reconnect drops a cluster's connection and connects again with a fresh
+// client, for example after its credentials changed.
+func (m *Manager) Reconnect(name string) error {
+	c, err := m.cluster(name)
+	if err != nil {
+		return err
+	}
+	c.poke(sigReconnect)
+	return nil
+}
+
+// Clusters returns the names of the managed clusters, sorted.
+func (m *Manager) Clusters() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Sorted(maps.Keys(m.clusters))
+}
+
+// RESTConfig returns the client config of a cluster's current connection,
+// for requests that go to the leaf directly (object details). It fails
+// while the cluster is not connected.
+func (m *Manager) RESTConfig(name string) (*rest.Config, error) {
+	c, err := m.cluster(name)
+	if err != nil {
+		return nil, err
+	}
+	cfg := c.currentConfig()
+	if cfg == nil {
+		return nil, fmt.Errorf("cluster %q is not connected", name)
+	}
+	return rest.CopyConfig(cfg), nil
+}
+
+func (m *Manager) cluster(name string) (*cluster, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.clusters[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownCluster, name)
+	}
+	return c, nil
+}
+
+// Run runs every cluster's lifecycle until ctx ends, then stops them all.
+// It returns nil after a clean stop.
+func (m *Manager) Run(ctx context.Context) error {
+	m.mu.Lock()
+	if m.ctx != nil {
+		m.mu.Unlock()
+		return errors.New("connection: Manager.Run called twice")
+	}
+	m.ctx = ctx
+	for _, c := range m.clusters {
+		m.start(c)
+	}
+	m.mu.Unlock()
+	<-ctx.Done()
+	m.wg.Wait()
+	return nil
+}

@@ -1,0 +1,46 @@
+package connection
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the manager's Prometheus metrics. They exist even when no
+// registerer is given, so tests can read them.
+type metrics struct {
+	probes         *prometheus.CounterVec
+	probeFailures  *prometheus.CounterVec
+	transitions    *prometheus.CounterVec
+	staleSignals   *prometheus.CounterVec
+	signalsDropped *prometheus.CounterVec
+}
+
+func newMetrics() *metrics {
+	return &metrics{
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetgraph_cluster_probes_total", Help: "Readiness probes sent to each cluster's API server.",
+		}, []string{"cluster"}),
+		probeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetgraph_cluster_probe_failures_total", Help: "Readiness probes that failed or timed out.",
+		}, []string{"cluster"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetgraph_cluster_state_transitions_total", Help: "Connection state transitions, by the state entered.",
+		}, []string{"cluster", "state"}),
+		staleSignals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetgraph_cluster_stale_signals_total", Help: "Signals from an older connection, ignored by generation.",
+		}, []string{"cluster"}),
+		signalsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetgraph_cluster_signals_dropped_total", Help: "Lifecycle signals dropped because the lifecycle was busy.",
+		}, []string{"cluster"}),
+	}
+}
+
+func (m *metrics) register(r prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.probes, m.probeFailures, m.transitions, m.staleSignals, m.signalsDropped} {
+		if err := r.Register(c); err != nil {
+			return fmt.Errorf("register connection metrics: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,94 @@
+package connection
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Spec describes one cluster to collect from.
+type Spec struct {
+	// Name identifies the cluster everywhere in fleetgraph.
+	Name string
+	// Labels are the cluster's labels, shown in the API.
+	Labels map[string]string
+	// Config builds a fresh client config. It is called on every connect
+	// and reconnect, so rotated credentials are picked up; an error is
+	// reported on the cluster and retried with backoff.
+	Config func(ctx context.Context) (*rest.Config, error)
+}
+
+// ErrNoContexts is returned for a kubeconfig without contexts.
+var ErrNoContexts = errors.New("kubeconfig has no contexts")
+
+// KubeconfigSpecs returns one Spec per context of a kubeconfig file, or per
+// named context. The file must parse; a context that is broken (a missing
+// cluster or user entry, an unreadable certificate file) yields a Spec whose
+// Config fails with a clear error, so one bad context never stops the
+// others. Each Config call re-reads the file.
+func KubeconfigSpecs(path string, contexts []string) ([]Spec, error) {
+	rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: path}
+	if path == "" {
+		rules = clientcmd.NewDefaultClientConfigLoadingRules()
+	}
+	raw, err := rules.Load()
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig: %w", err)
+	}
+	names := slices.Sorted(maps.Keys(raw.Contexts))
+	if len(contexts) > 0 {
+		for _, c := range contexts {
+			if _, ok := raw.Contexts[c]; !ok {
+				return nil, fmt.Errorf("kubeconfig has no context %q (it has %v)", c, names)
+			}
+		}
+		names = contexts
+	}
+	if len(names) == 0 {
+		return nil, ErrNoContexts
+	}
+	specs := make([]Spec, 0, len(names))
+	for _, name := range names {
+		specs = append(specs, Spec{
+			Name: name,
+			Config: func(context.Context) (*rest.Config, error) {
+				cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
+					&clientcmd.ConfigOverrides{CurrentContext: name}).ClientConfig()
+				if err != nil {
+					return nil, fmt.Errorf("kubeconfig context %q: %w", name, err)
+				}
+				return cfg, nil
+			},
+		})
+	}
+	return specs, nil
+}
+
+// specFromKubeconfig returns a Spec whose Config parses kubeconfig bytes
+// from get on every call, using the current context.
+func specFromKubeconfig(name string, labels map[string]string, get func() []byte) Spec {
+	return Spec{
+		Name:   name,
+		Labels: labels,
+		Config: func(context.Context) (*rest.Config, error) {
+			data := get()
+			if len(data) == 0 {
+				return nil, fmt.Errorf("cluster %q: empty kubeconfig", name)
+			}
+			raw, err := clientcmd.Load(data)
+			if err != nil {
+				return nil, fmt.Errorf("cluster %q: parse kubeconfig: %w", name, err)
+			}
+			cfg, err := clientcmd.NewDefaultClientConfig(*raw, &clientcmd.ConfigOverrides{}).ClientConfig()
+			if err != nil {
+				return nil, fmt.Errorf("cluster %q: kubeconfig: %w", name, err)
+			}
+			return cfg, nil
+		},
+	}
+}

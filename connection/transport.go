@@ -1,0 +1,57 @@
+package connection
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// withHealthChecks returns a copy of cfg with a transport of its own whose
+// HTTP/2 connections are health-checked: after readIdle without a frame a
+// ping is sent, and the connection is closed if it is not answered within
+// pingTimeout. That breaks every watch on a half-open connection, which is
+// how a black-holed server is noticed even between probes.
+//
+// client-go can do the same only through process-wide environment
+// variables, so fleetgraph builds the transport itself. Configs whose
+// credentials plug into the transport (exec plugins, auth providers) keep
+// client-go's own transport and rely on the probe loop alone; the returned
+// transport is then nil.
+//
+// The transport is new for every call, so a reconnect never reuses a
+// connection of the session it replaces.
+func withHealthChecks(cfg *rest.Config, readIdle, pingTimeout time.Duration) (*rest.Config, *http.Transport, error) {
+	if cfg.ExecProvider != nil || cfg.AuthProvider != nil || cfg.Transport != nil {
+		return cfg, nil, nil
+	}
+	tlsConfig, err := rest.TLSConfigFor(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("TLS config: %w", err)
+	}
+	proxy := http.ProxyFromEnvironment
+	if cfg.Proxy != nil {
+		proxy = cfg.Proxy
+	}
+	dial := (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	if cfg.Dial != nil {
+		dial = cfg.Dial
+	}
+	tr := &http.Transport{
+		Proxy:               proxy,
+		DialContext:         dial,
+		TLSClientConfig:     tlsConfig,
+		TLSHandshakeTimeout: 10 * time.Second,
+		ForceAttemptHTTP2:   true,
+		MaxIdleConnsPerHost: 25,
+		IdleConnTimeout:     90 * time.Second,
+		HTTP2:               &http.HTTP2Config{SendPingTimeout: readIdle, PingTimeout: pingTimeout},
+	}
+	out := rest.CopyConfig(cfg)
+	out.Transport = tr
+	out.TLSClientConfig = rest.TLSClientConfig{} // it lives in the transport now
+	out.Proxy, out.Dial = nil, nil
+	return out, tr, nil
+}
