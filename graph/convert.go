@@ -1,0 +1,186 @@
+package graph
+
+import (
+	"encoding/base64"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fleetgraph/fleetgraph/graph/model"
+	"github.com/fleetgraph/fleetgraph/index"
+)
+
+// This file converts between index rows and GraphQL models. Conversions
+// are plain copies: the index shares its rows, so nothing here mutates
+// them.
+
+// toFilter converts a GraphQL filter into an index filter.
+func toFilter(f *model.ObjectFilter) index.Filter {
+	if f == nil {
+		return index.Filter{}
+	}
+	out := index.Filter{
+		Clusters:   f.Clusters,
+		Namespaces: f.Namespaces,
+		Kinds:      f.Kinds,
+	}
+	for _, st := range f.Statuses {
+		out.Statuses = append(out.Statuses, index.Status(st))
+	}
+	if f.NameContains != nil {
+		out.NameContains = *f.NameContains
+	}
+	if f.LabelSelector != nil {
+		out.LabelSelector = *f.LabelSelector
+	}
+	return out
+}
+
+// toOrder converts a GraphQL order; the field names are the index's.
+func toOrder(o *model.ObjectOrder) index.Order {
+	if o == nil {
+		return index.Order{Field: index.OrderName}
+	}
+	return index.Order{Field: index.OrderField(o.Field), Desc: o.Direction == model.OrderDirectionDesc}
+}
+
+// toObject converts an object row. stale says whether its cluster's rows
+// are last-known state.
+func toObject(o *index.Object, stale bool) *model.Object {
+	m := &model.Object{
+		ID:              o.Key().String(),
+		Cluster:         o.Cluster,
+		Namespace:       optString(o.Namespace),
+		Group:           o.Group,
+		Version:         o.Version,
+		Kind:            o.Kind,
+		Resource:        o.Resource,
+		Name:            o.Name,
+		UID:             o.UID,
+		Status:          model.ObjectStatus(o.Status),
+		Message:         optString(o.Message),
+		Labels:          toLabels(o.Labels),
+		OwnerReferences: make([]*model.OwnerReference, len(o.OwnerRefs)),
+		CreatedAt:       optTime(o.CreatedAt),
+		UpdatedAt:       optTime(o.UpdatedAt),
+		ResourceVersion: optString(o.ResourceVersion),
+		Summary:         model.JSON(o.Summary),
+		Stale:           stale,
+	}
+	for i, r := range o.OwnerRefs {
+		m.OwnerReferences[i] = &model.OwnerReference{Kind: r.Kind, Name: r.Name}
+	}
+	return m
+}
+
+// toLabels returns labels sorted by key, so answers are deterministic.
+func toLabels(m map[string]string) []*model.Label {
+	out := make([]*model.Label, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, &model.Label{Key: k, Value: m[k]})
+	}
+	return out
+}
+
+// toCluster converts a cluster row; Sync is resolved separately, on
+// demand.
+func toCluster(c *index.Cluster) *model.Cluster {
+	return &model.Cluster{
+		Name:   c.Name,
+		Labels: toLabels(c.Labels),
+		Mode:   model.SyncMode(c.Mode),
+		Connection: &model.ClusterConnection{
+			State:     toState(c.State),
+			Since:     c.Since,
+			LastSeen:  optTime(c.LastSeen),
+			LastError: optString(c.LastError),
+		},
+		Metadata: toLabels(c.Metadata),
+		Stale:    c.Stale(),
+	}
+}
+
+// toState maps a connection state; an empty state (a cluster row written
+// before its first probe) reads as CONNECTING.
+func toState(s index.ConnectionState) model.ConnectionState {
+	if s == "" {
+		return model.ConnectionStateConnecting
+	}
+	return model.ConnectionState(s)
+}
+
+// fleetStatus summarizes the clusters a viewer can see: the rebuild
+// progress of seed 003 ("Rebuilding indices... 35/100 clusters").
+func fleetStatus(clusters []*index.Cluster) *model.FleetStatus {
+	fs := &model.FleetStatus{ClustersTotal: len(clusters)}
+	for _, c := range clusters {
+		if c.Synced {
+			fs.ClustersSynced++
+		}
+	}
+	fs.Rebuilding = fs.ClustersSynced < fs.ClustersTotal
+	switch {
+	case fs.ClustersTotal == 0:
+		fs.Message = "No clusters"
+	case fs.Rebuilding:
+		fs.Message = fmt.Sprintf("Rebuilding indices... %d/%d clusters", fs.ClustersSynced, fs.ClustersTotal)
+	default:
+		fs.Message = fmt.Sprintf("All %d clusters synced", fs.ClustersTotal)
+	}
+	return fs
+}
+
+func optString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func optTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// Change cursors are opaque to clients. Inside they are a format version,
+// the handler's epoch and the index's sequence number. The epoch is random
+// per handler, so a cursor saved before a server restart (whose sequence
+// numbers start again from zero) is recognized as stale instead of resuming
+// at an unrelated position.
+const changeCursorVersion = "c1"
+
+func (s *service) encodeChangeCursor(seq uint64) string {
+	b := make([]byte, 0, 48)
+	b = append(b, changeCursorVersion...)
+	b = append(b, ':')
+	b = strconv.AppendUint(b, s.epoch, 36)
+	b = append(b, ':')
+	b = strconv.AppendUint(b, seq, 10)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func (s *service) decodeChangeCursor(c string) (uint64, error) {
+	bad := newError(CodeBadUserInput, nil, "malformed change cursor")
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return 0, bad
+	}
+	parts := strings.Split(string(b), ":")
+	if len(parts) != 3 || parts[0] != changeCursorVersion {
+		return 0, bad
+	}
+	epoch, err1 := strconv.ParseUint(parts[1], 36, 64)
+	seq, err2 := strconv.ParseUint(parts[2], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, bad
+	}
+	if epoch != s.epoch {
+		return 0, newError(CodeResyncRequired, nil, "the change cursor belongs to another server instance; query objects again and subscribe with its changesCursor")
+	}
+	return seq, nil
+}

@@ -1,0 +1,228 @@
+package graph
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/handler"
+	"github.com/99designs/gqlgen/graphql/handler/extension"
+	"github.com/99designs/gqlgen/graphql/handler/lru"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/99designs/gqlgen/graphql/playground"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/vektah/gqlparser/v2/ast"
+
+	"github.com/fleetgraph/fleetgraph/graph/generated"
+)
+
+// Handler serves fleetgraph's GraphQL API and its companion endpoints:
+//
+//	POST /graphql      GraphQL over HTTP (JSON), Authorization: Bearer <token>
+//	GET  /graphql      websocket upgrade: graphql-transport-ws or graphql-ws,
+//	                   token in the connection_init payload
+//	GET  /             GraphiQL (unless Options.DisableGraphiQL)
+//	GET  /healthz      liveness: the process serves HTTP
+//	GET  /readyz       readiness: Options.Ready
+//	GET  /metrics      Prometheus metrics of Options.Registry
+//
+// It is an http.Handler, so a program can mount it as is or under its own
+// mux. Close ends subscriptions and websockets; http.Server.Shutdown does
+// not, because websockets are hijacked connections.
+type Handler struct {
+	opts    Options
+	svc     *service
+	hub     *hub
+	metrics *metrics
+	log     *slog.Logger
+	mux     *http.ServeMux
+
+	connMu sync.Mutex
+	conns  map[*wsConn]struct{}
+	closed bool
+}
+
+// NewHandler builds the API from its dependencies. It starts no goroutine:
+// the subscription fan-out starts with the first subscription and stops
+// after the last one.
+func NewHandler(opts Options) (*Handler, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(opts.Registry, opts.Store)
+	if err != nil {
+		return nil, err
+	}
+	var seed [8]byte
+	if _, err := rand.Read(seed[:]); err != nil {
+		return nil, fmt.Errorf("graph: seeding the cursor epoch: %w", err)
+	}
+	h := &Handler{opts: opts, metrics: m, log: opts.Logger, conns: map[*wsConn]struct{}{}}
+	h.hub = newHub(opts.Store, opts.Logger, m)
+	h.svc = &service{
+		store: opts.Store, authz: opts.Authorizer, authn: opts.Authenticator, leaf: opts.LeafClients,
+		adminGroups: opts.AdminGroups, allAccess: allFleet(), hub: h.hub, metrics: m, log: opts.Logger,
+		subBuffer: opts.SubscriptionBuffer, epoch: binary.LittleEndian.Uint64(seed[:]), now: time.Now,
+	}
+
+	es := generated.NewExecutableSchema(generated.Config{Resolvers: &Resolver{svc: h.svc}, Complexity: complexityRoot()})
+	srv := handler.New(es)
+	srv.AddTransport(h.wsTransport())
+	srv.AddTransport(transport.POST{})
+	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
+	srv.SetParserTokenLimit(opts.Limits.MaxTokens)
+	srv.SetErrorPresenter(presentError(opts.Logger))
+	srv.SetRecoverFunc(recoverPanic(opts.Logger))
+	if !opts.DisableIntrospection {
+		srv.Use(extension.Introspection{})
+	}
+	srv.Use(&operationLimits{maxDepth: opts.Limits.MaxDepth, maxAliases: opts.Limits.MaxAliases, maxComplexity: opts.Limits.MaxComplexity})
+	srv.Use(operationMetrics{m: m})
+	srv.AroundOperations(func(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
+		return next(withOperation(ctx))
+	})
+
+	mux := http.NewServeMux()
+	mux.Handle("/graphql", h.endpoint(srv))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", h.readyz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{Registry: opts.Registry}))
+	if !opts.DisableGraphiQL {
+		mux.Handle("GET /{$}", playground.Handler("fleetgraph", "/graphql"))
+	}
+	h.mux = mux
+	return h, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mux.ServeHTTP(w, r)
+}
+
+// endpoint serves /graphql: websocket upgrades (origin check, then the
+// token in connection_init) and POST (bearer token, body cap).
+func (h *Handler) endpoint(srv *handler.Server) http.Handler {
+	post := h.requireAuth(h.limitBody(srv))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isUpgradeRequest(r) {
+			if r.Method != http.MethodGet {
+				h.metrics.rejected("method")
+				writeHTTPError(w, http.StatusMethodNotAllowed, CodeBadRequest, "websocket upgrades use GET")
+				return
+			}
+			if err := checkOrigin(r, h.opts.Websocket.OriginPatterns); err != nil {
+				h.metrics.rejected("origin")
+				writeHTTPError(w, http.StatusForbidden, CodeBadRequest, err.Error())
+				return
+			}
+			srv.ServeHTTP(&upgradeWriter{ResponseWriter: w}, r.WithContext(withUpgrade(r.Context(), r)))
+			return
+		}
+		if r.Method != http.MethodPost {
+			h.metrics.rejected("method")
+			w.Header().Set("Allow", http.MethodPost)
+			writeHTTPError(w, http.StatusMethodNotAllowed, CodeBadRequest, "use POST with a JSON body, or a websocket")
+			return
+		}
+		post.ServeHTTP(w, r)
+	})
+}
+
+// readyz answers 200 when Options.Ready says so, 503 otherwise.
+func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if h.opts.Ready != nil {
+		if err := h.opts.Ready(r.Context()); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = fmt.Fprintf(w, "not ready: %v\n", err)
+			return
+		}
+	}
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+// Close ends every subscription (with SHUTTING_DOWN) and closes every
+// websocket with 1001, then waits for the sockets to close, at most until
+// ctx ends. Later websocket upgrades are refused. Plain HTTP requests are
+// left to http.Server.Shutdown.
+func (h *Handler) Close(ctx context.Context) error {
+	h.connMu.Lock()
+	h.closed = true
+	conns := make([]*wsConn, 0, len(h.conns))
+	for c := range h.conns {
+		conns = append(conns, c)
+	}
+	h.connMu.Unlock()
+	h.hub.close()
+	for _, c := range conns {
+		_ = c.WriteClose(closeGoingAway, "server shutting down")
+	}
+	for _, c := range conns {
+		select {
+		case <-c.closed:
+		case <-ctx.Done():
+			return fmt.Errorf("graph: waiting for websockets to close: %w", ctx.Err())
+		}
+	}
+	return nil
+}
+
+// track registers an open websocket; it fails once Close has begun.
+func (h *Handler) track(c *wsConn) bool {
+	h.connMu.Lock()
+	defer h.connMu.Unlock()
+	if h.closed {
+		return false
+	}
+	h.conns[c] = struct{}{}
+	h.metrics.wsConnected(1)
+	return true
+}
+
+func (h *Handler) untrack(c *wsConn) {
+	h.connMu.Lock()
+	defer h.connMu.Unlock()
+	if _, ok := h.conns[c]; ok {
+		delete(h.conns, c)
+		h.metrics.wsConnected(-1)
+	}
+}
+
+// upgradeWriter keeps a failed upgrade to one response: coder/websocket
+// writes its own error response, after which gqlgen would write a second
+// one. Hijack and Unwrap reach the real writer.
+type upgradeWriter struct {
+	http.ResponseWriter
+	wrote, frozen bool
+}
+
+func (u *upgradeWriter) WriteHeader(code int) {
+	if u.wrote {
+		u.frozen = true
+		return
+	}
+	u.wrote = true
+	u.ResponseWriter.WriteHeader(code)
+}
+
+func (u *upgradeWriter) Write(b []byte) (int, error) {
+	if u.frozen {
+		return len(b), nil
+	}
+	u.wrote = true
+	return u.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController and coder/websocket find the
+// hijacker.
+func (u *upgradeWriter) Unwrap() http.ResponseWriter { return u.ResponseWriter }

@@ -1,0 +1,226 @@
+package graph
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vektah/gqlparser/v2/ast"
+
+	"github.com/fleetgraph/fleetgraph/index"
+)
+
+// metrics are the package's Prometheus metrics. Label values are bounded:
+// operations are named by their root fields (schema names, never
+// client-chosen operation names), outcomes and reasons are fixed sets.
+type metrics struct {
+	operations    *prometheus.CounterVec
+	latency       *prometheus.HistogramVec
+	active        *prometheus.GaugeVec
+	started       *prometheus.CounterVec
+	ended         *prometheus.CounterVec
+	deliveredC    map[subKind]prometheus.Counter
+	droppedC      map[subKind]prometheus.Counter
+	fanout        prometheus.Gauge
+	authFailures  *prometheus.CounterVec
+	httpRejected  *prometheus.CounterVec
+	wsConnections prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer, store *index.Store) (*metrics, error) {
+	const ns = "fleetgraph"
+	m := &metrics{
+		operations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "graphql", Name: "operations_total",
+			Help: "GraphQL queries and subscription starts by operation (root fields), type and outcome (ok, error, rejected).",
+		}, []string{"operation", "type", "outcome"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Subsystem: "graphql", Name: "operation_duration_seconds",
+			Help:    "Time from reading a GraphQL query to its response, by operation (root fields).",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"operation", "type"}),
+		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: "graphql", Name: "subscriptions_active",
+			Help: "Open subscriptions by field.",
+		}, []string{"subscription"}),
+		started: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "graphql", Name: "subscriptions_started_total",
+			Help: "Subscriptions started by field.",
+		}, []string{"subscription"}),
+		ended: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "graphql", Name: "subscriptions_ended_total",
+			Help: "Subscriptions ended by field and reason (completed, slow_consumer, resync, shutdown, error).",
+		}, []string{"subscription", "reason"}),
+		fanout: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: "graphql", Name: "fanout_subscribers",
+			Help: "Subscribers registered with the change-feed fan-out.",
+		}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "graphql", Name: "authentication_failures_total",
+			Help: "Requests and websockets rejected because authentication failed, by transport.",
+		}, []string{"transport"}),
+		httpRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "graphql", Name: "http_rejected_total",
+			Help: "HTTP requests rejected before GraphQL execution, by reason (body_too_large, origin, method).",
+		}, []string{"reason"}),
+		wsConnections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: "graphql", Name: "websocket_connections",
+			Help: "Open GraphQL websocket connections.",
+		}),
+		deliveredC: map[subKind]prometheus.Counter{},
+		droppedC:   map[subKind]prometheus.Counter{},
+	}
+	delivered := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: "graphql", Name: "subscription_events_total",
+		Help: "Events delivered to subscriptions, by field.",
+	}, []string{"subscription"})
+	dropped := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: "graphql", Name: "subscription_events_dropped_total",
+		Help: "Events discarded for subscriptions that fell behind (which then end with SLOW_CONSUMER), by field.",
+	}, []string{"subscription"})
+	for _, k := range []subKind{subObjects, subClusters, subFleet} {
+		m.deliveredC[k] = delivered.WithLabelValues(k.String())
+		m.droppedC[k] = dropped.WithLabelValues(k.String())
+		m.active.WithLabelValues(k.String())
+	}
+	for _, c := range []prometheus.Collector{
+		m.operations, m.latency, m.active, m.started, m.ended, delivered, dropped, m.fanout,
+		m.authFailures, m.httpRejected, m.wsConnections, &clusterCollector{store: store, desc: clusterStateDesc()},
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("graph: registering metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) subscriptionStarted(k subKind) {
+	m.active.WithLabelValues(k.String()).Inc()
+	m.started.WithLabelValues(k.String()).Inc()
+}
+
+func (m *metrics) subscriptionEnded(k subKind, reason string) {
+	m.active.WithLabelValues(k.String()).Dec()
+	m.ended.WithLabelValues(k.String(), reason).Inc()
+}
+
+func (m *metrics) delivered(k subKind)       { m.deliveredC[k].Inc() }
+func (m *metrics) dropped(k subKind, n int)  { m.droppedC[k].Add(float64(n)) }
+func (m *metrics) subscribers(n int)         { m.fanout.Set(float64(n)) }
+func (m *metrics) rejected(reason string)    { m.httpRejected.WithLabelValues(reason).Inc() }
+func (m *metrics) wsConnected(delta float64) { m.wsConnections.Add(delta) }
+
+// clusterCollector reports fleetgraph_clusters{state} from the index at
+// scrape time, so the gauge can never drift from the cluster rows.
+type clusterCollector struct {
+	store *index.Store
+	desc  *prometheus.Desc
+}
+
+func clusterStateDesc() *prometheus.Desc {
+	return prometheus.NewDesc("fleetgraph_clusters", "Member clusters by connection state.", []string{"state"}, nil)
+}
+
+// Describe implements prometheus.Collector.
+func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements prometheus.Collector.
+func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
+	counts := map[index.ConnectionState]int{
+		index.StateConnecting: 0, index.StateConnected: 0, index.StateDegraded: 0, index.StateDisconnected: 0,
+	}
+	for _, cl := range c.store.ListClusters(nil) {
+		st := cl.State
+		if st == "" {
+			st = index.StateConnecting
+		}
+		counts[st]++
+	}
+	for st, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), string(st))
+	}
+}
+
+// operationMetrics is a gqlgen response interceptor that counts and times
+// queries. Subscriptions are counted when their pump starts and ends.
+type operationMetrics struct{ m *metrics }
+
+var _ interface {
+	graphql.HandlerExtension
+	graphql.ResponseInterceptor
+} = operationMetrics{}
+
+// ExtensionName implements graphql.HandlerExtension.
+func (operationMetrics) ExtensionName() string { return "fleetgraph.Metrics" }
+
+// Validate implements graphql.HandlerExtension.
+func (operationMetrics) Validate(graphql.ExecutableSchema) error { return nil }
+
+// InterceptResponse implements graphql.ResponseInterceptor.
+func (om operationMetrics) InterceptResponse(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
+	resp := next(ctx)
+	if resp == nil {
+		return nil
+	}
+	name, typ := "invalid", "unknown"
+	var opCtx *graphql.OperationContext
+	if graphql.HasOperationContext(ctx) {
+		opCtx = graphql.GetOperationContext(ctx)
+		if op := opCtx.Operation; op != nil {
+			name, typ = operationName(op), string(op.Operation)
+		}
+	}
+	outcome := outcomeOf(resp)
+	if typ == string(ast.Subscription) && outcome != "rejected" {
+		return resp // events of a running subscription
+	}
+	om.m.operations.WithLabelValues(name, typ, outcome).Inc()
+	if opCtx != nil && !opCtx.Stats.OperationStart.IsZero() {
+		om.m.latency.WithLabelValues(name, typ).Observe(graphql.Now().Sub(opCtx.Stats.OperationStart).Seconds())
+	}
+	return resp
+}
+
+// operationName names an operation by its sorted root fields, e.g.
+// "facets,objects"; introspection is "introspection".
+func operationName(op *ast.OperationDefinition) string {
+	var names []string
+	for _, sel := range op.SelectionSet {
+		f, ok := sel.(*ast.Field)
+		if !ok {
+			return "fragment"
+		}
+		n := f.Name
+		if strings.HasPrefix(n, "__") {
+			if n == "__typename" {
+				continue
+			}
+			n = "introspection"
+		}
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	if len(names) == 0 {
+		return "__typename"
+	}
+	return strings.Join(names, ",")
+}
+
+// outcomeOf classifies a response: rejected documents (parse, validation
+// and limit errors, no data), errors, or ok.
+func outcomeOf(resp *graphql.Response) string {
+	if len(resp.Errors) == 0 {
+		return "ok"
+	}
+	for _, e := range resp.Errors {
+		switch e.Extensions["code"] {
+		case codeValidationFailed, "GRAPHQL_PARSE_FAILED", "COMPLEXITY_LIMIT_EXCEEDED":
+			return "rejected"
+		}
+	}
+	return "error"
+}

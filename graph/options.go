@@ -1,0 +1,201 @@
+package graph
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/rest"
+
+	"github.com/fleetgraph/fleetgraph/authz"
+	"github.com/fleetgraph/fleetgraph/index"
+)
+
+// LeafClients gives the live object(...) query a client config for a member
+// cluster. The connection package implements it with the collector's own
+// credentials; graph adds Impersonate-User and Impersonate-Group for the
+// viewer, so those credentials need the verb impersonate on users and groups
+// (and on userextras when identities carry extra fields).
+//
+// For a push-mode cluster the config's Transport may tunnel requests over
+// the edge session; graph does not care how requests travel.
+type LeafClients interface {
+	// RESTConfig returns a config for the cluster's API server, or an error
+	// when the cluster is unknown or not reachable now. graph copies the
+	// config before changing it.
+	RESTConfig(cluster string) (*rest.Config, error)
+}
+
+// Options configures NewHandler. Store, Authorizer and Authenticator are
+// required; everything else has a safe default.
+type Options struct {
+	// Store is the fleet index: the only source of queries and
+	// subscriptions.
+	Store *index.Store
+	// Authorizer computes what each viewer may see; normally
+	// authz.NewAuthorizer(Store, ...).
+	Authorizer *authz.Authorizer
+	// Authenticator turns bearer tokens (HTTP Authorization header or the
+	// websocket connection_init payload) and proxy headers into viewers.
+	// Anonymous requests are rejected unless it is an *authz.Union with
+	// AllowAnonymous.
+	Authenticator authz.Authenticator
+	// LeafClients serves object(...). Without it, object(...) answers with
+	// a CLUSTER_UNAVAILABLE error.
+	LeafClients LeafClients
+	// AdminGroups are groups whose members are fleet admins: they see every
+	// object and every cluster, including clusters whose RBAC has not been
+	// collected yet. Everyone else sees what each cluster's RBAC grants.
+	AdminGroups []string
+
+	// Registry receives the package's Prometheus metrics and is what
+	// /metrics serves. Nil means a private registry. Registering twice on
+	// one registry fails, so give each handler its own.
+	Registry *prometheus.Registry
+	// Logger receives structured logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Ready is called by /readyz; nil means always ready. The server wires
+	// it to "the index holds a first sync of every cluster" or similar.
+	Ready func(ctx context.Context) error
+
+	// DisableIntrospection turns off __schema and __type queries, for
+	// production deployments that do not want the schema discoverable.
+	// Introspection is on by default, which GraphiQL needs.
+	DisableIntrospection bool
+	// DisableGraphiQL stops serving the GraphiQL page at "/".
+	DisableGraphiQL bool
+
+	// Limits bound what one request may cost.
+	Limits Limits
+	// Websocket configures the websocket transport.
+	Websocket WebsocketOptions
+	// SubscriptionBuffer is how many change events may wait for one slow
+	// subscription before it is ended with SLOW_CONSUMER (see
+	// DefaultSubscriptionBuffer).
+	SubscriptionBuffer int
+}
+
+// Limits bound the cost of one operation. Zero values take the defaults
+// below; negative values are rejected by NewHandler.
+type Limits struct {
+	// MaxDepth bounds field nesting, counting introspection fields too.
+	MaxDepth int
+	// MaxComplexity bounds gqlgen's complexity, where objects(first: n)
+	// costs n times its selection.
+	MaxComplexity int
+	// MaxAliases bounds aliased fields per document, which stops alias
+	// floods that repeat a cheap field thousands of times.
+	MaxAliases int
+	// MaxTokens bounds the lexer tokens of a document, before parsing
+	// builds anything.
+	MaxTokens int
+	// MaxBodyBytes bounds an HTTP request body; larger bodies get 413.
+	MaxBodyBytes int64
+}
+
+// The default limits. Depth 15 admits the introspection query of GraphiQL
+// (graphql-js getIntrospectionQuery nests ofType deeply) while the schema's
+// own types nest at most 5 levels. Complexity 50,000 admits a full page of
+// 1,000 objects with every field. A legitimate dashboard uses a few dozen
+// aliases at most.
+const (
+	DefaultMaxDepth      = 15
+	DefaultMaxComplexity = 50000
+	DefaultMaxAliases    = 64
+	DefaultMaxTokens     = 10000
+	DefaultMaxBodyBytes  = 1 << 20
+)
+
+// WebsocketOptions configures the websocket transport. Zero values take the
+// defaults below.
+type WebsocketOptions struct {
+	// OriginPatterns are host patterns (path.Match syntax, e.g.
+	// "*.example.com", or "https://dash.example.com" to pin the scheme)
+	// whose pages may open websockets. The server's own origin is always
+	// allowed; nil allows only it. Requests without an Origin header (not
+	// from a browser) are allowed.
+	OriginPatterns []string
+	// InitTimeout is how long a client has to send connection_init; then
+	// the socket closes with 4408.
+	InitTimeout time.Duration
+	// KeepAlive is the interval of graphql-ws "ka" messages and of
+	// graphql-transport-ws pings (a client that does not pong within two
+	// intervals is disconnected).
+	KeepAlive time.Duration
+	// ReadLimit bounds one client message in bytes.
+	ReadLimit int64
+	// WriteTimeout bounds one message write; a client that does not read
+	// for that long is disconnected (the transport half of the slow-client
+	// policy).
+	WriteTimeout time.Duration
+	// MaxOperations bounds the operations (subscriptions and in-flight
+	// queries) one connection may run at once; more get an error message
+	// with code TOO_MANY_OPERATIONS.
+	MaxOperations int
+}
+
+// The default websocket settings.
+const (
+	DefaultInitTimeout   = 10 * time.Second
+	DefaultKeepAlive     = 25 * time.Second
+	DefaultReadLimit     = 256 << 10
+	DefaultWriteTimeout  = 10 * time.Second
+	DefaultMaxOperations = 100
+)
+
+// DefaultSubscriptionBuffer is the default number of events a subscription
+// may have pending. A client that falls this far behind is told to resume
+// from its last cursor rather than slowing down the fan-out for everybody.
+const DefaultSubscriptionBuffer = 1024
+
+// withDefaults validates o and fills in defaults.
+func (o Options) withDefaults() (Options, error) {
+	var errs []error
+	if o.Store == nil {
+		errs = append(errs, errors.New("graph: Options.Store is required"))
+	}
+	if o.Authorizer == nil {
+		errs = append(errs, errors.New("graph: Options.Authorizer is required"))
+	}
+	if o.Authenticator == nil {
+		errs = append(errs, errors.New("graph: Options.Authenticator is required"))
+	}
+	if o.Limits.MaxDepth < 0 || o.Limits.MaxComplexity < 0 || o.Limits.MaxAliases < 0 ||
+		o.Limits.MaxTokens < 0 || o.Limits.MaxBodyBytes < 0 {
+		errs = append(errs, errors.New("graph: limits must not be negative"))
+	}
+	ws := &o.Websocket
+	if ws.InitTimeout < 0 || ws.KeepAlive < 0 || ws.ReadLimit < 0 || ws.WriteTimeout < 0 || ws.MaxOperations < 0 || o.SubscriptionBuffer < 0 {
+		errs = append(errs, errors.New("graph: websocket and subscription settings must not be negative"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return o, err
+	}
+	setDefault(&o.Limits.MaxDepth, DefaultMaxDepth)
+	setDefault(&o.Limits.MaxComplexity, DefaultMaxComplexity)
+	setDefault(&o.Limits.MaxAliases, DefaultMaxAliases)
+	setDefault(&o.Limits.MaxTokens, DefaultMaxTokens)
+	setDefault(&o.Limits.MaxBodyBytes, DefaultMaxBodyBytes)
+	setDefault(&ws.InitTimeout, DefaultInitTimeout)
+	setDefault(&ws.KeepAlive, DefaultKeepAlive)
+	setDefault(&ws.ReadLimit, DefaultReadLimit)
+	setDefault(&ws.WriteTimeout, DefaultWriteTimeout)
+	setDefault(&ws.MaxOperations, DefaultMaxOperations)
+	setDefault(&o.SubscriptionBuffer, DefaultSubscriptionBuffer)
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+	}
+	return o, nil
+}
+
+func setDefault[T comparable](p *T, def T) {
+	var zero T
+	if *p == zero {
+		*p = def
+	}
+}

@@ -1,0 +1,203 @@
+package graph
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/fleetgraph/fleetgraph/authz"
+	"github.com/fleetgraph/fleetgraph/graph/model"
+	"github.com/fleetgraph/fleetgraph/index"
+)
+
+// service is what resolvers delegate to: queries over the index through the
+// viewer's access set, live reads through LeafClients, and subscriptions
+// through the hub. It holds no per-request state.
+type service struct {
+	store       *index.Store
+	authz       *authz.Authorizer
+	authn       authz.Authenticator
+	leaf        LeafClients
+	adminGroups []string
+	allAccess   *index.Access
+	hub         *hub
+	metrics     *metrics
+	log         *slog.Logger
+	subBuffer   int
+	epoch       uint64 // random per handler; part of change cursors
+	now         func() time.Time
+}
+
+// indexError maps an index error: invalid queries are the client's
+// mistake, anything else is ours.
+func indexError(err error) error {
+	if errors.Is(err, index.ErrInvalidQuery) {
+		return newError(CodeBadUserInput, err, "invalid query")
+	}
+	return err
+}
+
+// objects answers Query.objects: one page of visible objects, filtered
+// through the viewer's access before pagination and counting.
+func (s *service) objects(ctx context.Context, filter *model.ObjectFilter, orderBy *model.ObjectOrder, first *int, after *string) (*model.ObjectConnection, error) {
+	v, err := viewerFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
+	n := index.DefaultPageSize
+	if first != nil {
+		if *first < 0 || *first > index.MaxPageSize {
+			return nil, newError(CodeBadUserInput, nil, "first must be between 0 and %d", index.MaxPageSize)
+		}
+		n = *first
+	}
+	q := index.Query{Filter: toFilter(filter), Order: toOrder(orderBy), First: max(n, 1), Access: s.access(ctx, v)}
+	if after != nil {
+		q.After = *after
+	}
+	page, err := s.store.Query(ctx, q)
+	if err != nil {
+		return nil, indexError(err)
+	}
+	out := &model.ObjectConnection{
+		Edges:         make([]*model.ObjectEdge, 0, len(page.Edges)),
+		TotalCount:    page.TotalCount,
+		StaleClusters: nonNil(page.StaleClusters),
+		ChangesCursor: s.encodeChangeCursor(page.Seq),
+		PageInfo: &model.PageInfo{
+			HasNextPage:     page.HasNextPage,
+			HasPreviousPage: q.After != "",
+		},
+	}
+	if n == 0 {
+		// first: 0 asks for counts only.
+		out.PageInfo.HasNextPage = len(page.Edges) > 0
+		return out, nil
+	}
+	for _, e := range page.Edges {
+		out.Edges = append(out.Edges, &model.ObjectEdge{Cursor: e.Cursor, Node: toObject(e.Object, e.Stale)})
+	}
+	if len(out.Edges) > 0 {
+		out.PageInfo.StartCursor = &out.Edges[0].Cursor
+		out.PageInfo.EndCursor = &out.Edges[len(out.Edges)-1].Cursor
+	}
+	return out, nil
+}
+
+// facets answers Query.facets from the index's count cells.
+func (s *service) facets(ctx context.Context, filter *model.ObjectFilter) (*model.Facets, error) {
+	v, err := viewerFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f, err := s.store.Facets(ctx, toFilter(filter), s.access(ctx, v))
+	if err != nil {
+		return nil, indexError(err)
+	}
+	counts := func(in []index.FacetCount) []*model.FacetCount {
+		out := make([]*model.FacetCount, len(in))
+		for i, c := range in {
+			out[i] = &model.FacetCount{Value: c.Value, Count: c.Count}
+		}
+		return out
+	}
+	return &model.Facets{
+		Total:         f.Total,
+		Statuses:      counts(f.Statuses),
+		Kinds:         counts(f.Kinds),
+		Clusters:      counts(f.Clusters),
+		Namespaces:    counts(f.Namespaces),
+		StaleClusters: nonNil(f.StaleClusters),
+	}, nil
+}
+
+// visibleClusters returns the cluster rows v may be told about, in name
+// order.
+func (s *service) visibleClusters(v *viewer) []*index.Cluster {
+	all := s.store.ListClusters(nil)
+	if v.admin {
+		return all
+	}
+	out := all[:0:0]
+	for _, c := range all {
+		if s.clusterVisible(v, c.Name) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// clusters answers Query.clusters.
+func (s *service) clusters(ctx context.Context) ([]*model.Cluster, error) {
+	v, err := viewerFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows := s.visibleClusters(v)
+	out := make([]*model.Cluster, len(rows))
+	for i, c := range rows {
+		out[i] = toCluster(c)
+	}
+	return out, nil
+}
+
+// cluster answers Query.cluster. A cluster the viewer cannot see is
+// reported exactly like one that does not exist.
+func (s *service) cluster(ctx context.Context, name string) (*model.Cluster, error) {
+	v, err := viewerFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c, ok := s.store.GetCluster(nil, name)
+	if !ok || !s.clusterVisible(v, name) {
+		return nil, nil
+	}
+	return toCluster(c), nil
+}
+
+// clusterSync answers Cluster.sync: the synced flag, the kinds collected
+// and the kinds failing.
+func (s *service) clusterSync(_ context.Context, c *model.Cluster) (*model.ClusterSync, error) {
+	row, ok := s.store.GetCluster(nil, c.Name)
+	out := &model.ClusterSync{Synced: ok && row.Synced, Kinds: len(s.store.Kinds(c.Name)), KindErrors: []*model.KindError{}}
+	for _, ke := range s.store.KindErrors(nil, c.Name) {
+		out.KindErrors = append(out.KindErrors, &model.KindError{
+			Kind:     ke.Kind.GroupKind(),
+			Group:    ke.Kind.Group,
+			Version:  ke.Kind.Version,
+			Resource: ke.Kind.Resource,
+			Error:    ke.Error,
+			Since:    ke.Since,
+		})
+	}
+	return out, nil
+}
+
+// fleet answers Query.fleet for the viewer's clusters.
+func (s *service) fleet(ctx context.Context) (*model.FleetStatus, error) {
+	v, err := viewerFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return fleetStatus(s.visibleClusters(v)), nil
+}
+
+// viewer answers Query.viewer with the identity as authenticated, before
+// any per-cluster mapping.
+func (s *service) viewer(ctx context.Context) (*model.Viewer, error) {
+	v, err := viewerFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
+	u := v.id.User()
+	return &model.Viewer{Username: u.GetName(), Groups: nonNil(u.GetGroups())}, nil
+}
+
+// nonNil returns s, or an empty slice for nil, for non-null GraphQL lists.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

@@ -1,0 +1,403 @@
+package graph
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"path"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/coder/websocket"
+)
+
+// The websocket transport is gqlgen's transport.Websocket (which speaks
+// graphql-transport-ws and the legacy graphql-ws) on top of coder/websocket,
+// through wsConn, which adds what gqlgen leaves out:
+//
+//   - the close codes of graphql-transport-ws: 4400 for malformed or unknown
+//     messages, 4401 for subscribe before connection_init, 4408 when
+//     connection_init does not come within InitTimeout, 4409 for an
+//     operation id already in use, 4429 for a second connection_init
+//     (gqlgen itself sends 4403 from wsInit);
+//   - a bound on operations per connection (TOO_MANY_OPERATIONS);
+//   - a write timeout, so a client that stops reading is disconnected
+//     instead of holding its goroutines forever;
+//   - a registry of open connections, so Handler.Close can end them.
+
+// errProtocol ends gqlgen's read loop after wsConn closed the socket for a
+// protocol violation.
+var errProtocol = errors.New("graphql websocket protocol violation")
+
+// wsTransport returns the configured gqlgen websocket transport.
+func (h *Handler) wsTransport() transport.Websocket {
+	o := h.opts.Websocket
+	readLimit := o.ReadLimit
+	return transport.Websocket{
+		Implementation: wsAcceptor{h: h},
+		InitFunc:       h.wsInit,
+		// wsConn runs its own init timer, to close with 4408 rather than
+		// gqlgen's 1002.
+		InitTimeout:           0,
+		KeepAlivePingInterval: o.KeepAlive,
+		PingPongInterval:      o.KeepAlive,
+		PayloadReadLimit:      &readLimit,
+		ErrorFunc: func(ctx context.Context, err error) {
+			h.log.DebugContext(ctx, "graphql: websocket error", "err", err)
+		},
+	}
+}
+
+// checkOrigin applies the origin policy to a websocket upgrade, the way
+// coder/websocket does (same host, or a pattern match on the host, or on
+// scheme://host when the pattern has a scheme), so that a disallowed origin
+// gets a clear 403 before any upgrade work.
+func checkOrigin(r *http.Request, patterns []string) error {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return nil
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("origin %q is not a URL with a host", origin)
+	}
+	if strings.EqualFold(u.Host, r.Host) {
+		return nil
+	}
+	for _, p := range patterns {
+		target := u.Host
+		if strings.Contains(p, "://") {
+			target = u.Scheme + "://" + u.Host
+		}
+		if ok, err := path.Match(strings.ToLower(p), strings.ToLower(target)); err == nil && ok {
+			return nil
+		}
+	}
+	return fmt.Errorf("origin %q is not allowed to open websockets on this server", origin)
+}
+
+// wsAcceptor implements transport.WebsocketImplementation.
+type wsAcceptor struct{ h *Handler }
+
+// Accept upgrades the request and starts the init timer.
+func (a wsAcceptor) Accept(w http.ResponseWriter, r *http.Request, _ transport.WebsocketAcceptOptions) (transport.WebsocketConn, error) {
+	h := a.h
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		// Preferred first: coder picks the first of these the client
+		// offers.
+		Subprotocols:   []string{"graphql-transport-ws", "graphql-ws"},
+		OriginPatterns: h.opts.Websocket.OriginPatterns,
+		// Per-message deflate costs a compressor per connection; change
+		// events are small and a thousand subscribers must stay cheap.
+		CompressionMode: websocket.CompressionDisabled,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("graph: websocket upgrade: %w", err)
+	}
+	wc := &wsConn{
+		c: c, h: h,
+		active:    map[string]struct{}{},
+		completed: map[string]chan struct{}{},
+		closed:    make(chan struct{}),
+	}
+	if !h.track(wc) {
+		_ = c.Close(closeGoingAway, "server shutting down")
+		return nil, errors.New("graph: server shutting down")
+	}
+	wc.initTimer = time.AfterFunc(h.opts.Websocket.InitTimeout, wc.initExpired)
+	return wc, nil
+}
+
+// wsConn implements transport.WebsocketConn over a coder/websocket
+// connection. gqlgen reads from one goroutine and writes from many (each
+// operation, keep-alives); coder's Write is safe for that, and wsConn's own
+// state is guarded by mu.
+type wsConn struct {
+	c *websocket.Conn
+	h *Handler
+
+	mu          sync.Mutex
+	initSeen    bool
+	active      map[string]struct{}      // operation ids in flight
+	completed   map[string]chan struct{} // ids the client completed, until the server's complete
+	closing     bool
+	closed      chan struct{} // closed when the close handshake is over
+	initTimer   *time.Timer
+	deadline    *time.Timer
+	untrackOnce sync.Once
+}
+
+var _ interface {
+	transport.WebsocketConn
+	transport.WebsocketReadLimiter
+	transport.WebsocketReadDeadliner
+} = (*wsConn)(nil)
+
+// clientMessage is the part of a client message wsConn checks.
+type clientMessage struct {
+	Type string `json:"type"`
+	ID   string `json:"id"`
+}
+
+// NextReader implements transport.WebsocketConn. It reads one message,
+// enforces the protocol rules gqlgen does not, and hands the message to
+// gqlgen unchanged.
+func (c *wsConn) NextReader() (int, io.Reader, error) {
+	for {
+		typ, data, err := c.c.Read(context.Background())
+		if err != nil {
+			switch websocket.CloseStatus(err) {
+			case websocket.StatusNormalClosure, websocket.StatusNoStatusRcvd, websocket.StatusGoingAway:
+				return 0, nil, transport.ErrWebsocketClosed
+			}
+			return 0, nil, err
+		}
+		pass, err := c.check(data)
+		if err != nil {
+			return 0, nil, err
+		}
+		if pass {
+			return int(typ), bytes.NewReader(data), nil
+		}
+	}
+}
+
+// check applies the protocol rules to one client message. It returns
+// false for a message it answered itself, and errProtocol after closing
+// the socket for a violation.
+func (c *wsConn) check(data []byte) (bool, error) {
+	var m clientMessage
+	if err := json.Unmarshal(data, &m); err != nil || m.Type == "" {
+		return false, c.violation(closeBadRequest, "Invalid message received")
+	}
+	switch m.Type {
+	case "connection_init":
+		c.mu.Lock()
+		seen := c.initSeen
+		c.initSeen = true
+		c.initTimer.Stop()
+		c.mu.Unlock()
+		if seen {
+			return false, c.violation(closeTooManyInits, "Too many initialisation requests")
+		}
+	case "subscribe", "start":
+		return c.startOperation(m.ID)
+	case "complete", "stop":
+		c.mu.Lock()
+		if _, ok := c.active[m.ID]; ok {
+			delete(c.active, m.ID)
+			c.completed[m.ID] = make(chan struct{})
+		}
+		c.mu.Unlock()
+	case "ping", "pong", "connection_terminate":
+	default:
+		return false, c.violation(closeBadRequest, "Invalid message received")
+	}
+	return true, nil
+}
+
+// completedWait bounds how long a subscribe waits for the server to finish
+// the operation the client just completed under the same id.
+const completedWait = 2 * time.Second
+
+// startOperation admits a subscribe (start) message.
+func (c *wsConn) startOperation(id string) (bool, error) {
+	c.mu.Lock()
+	if !c.initSeen {
+		c.mu.Unlock()
+		return false, c.violation(closeUnauthorized, "Unauthorized")
+	}
+	if id == "" {
+		c.mu.Unlock()
+		return false, c.violation(closeBadRequest, "Invalid message received")
+	}
+	if _, ok := c.active[id]; ok {
+		c.mu.Unlock()
+		return false, c.violation(closeDuplicateID, truncateReason("Subscriber for "+id+" already exists"))
+	}
+	if done := c.completed[id]; done != nil {
+		// The client reused the id of an operation it just completed;
+		// let gqlgen finish the old one first, or it would confuse the
+		// two.
+		c.mu.Unlock()
+		select {
+		case <-done:
+		case <-time.After(completedWait):
+		}
+		c.mu.Lock()
+	}
+	if max := c.h.opts.Websocket.MaxOperations; len(c.active) >= max {
+		c.mu.Unlock()
+		c.rejectOperation(id, fmt.Sprintf("this connection already runs %d operations, the maximum", max))
+		return false, nil
+	}
+	c.active[id] = struct{}{}
+	c.mu.Unlock()
+	return true, nil
+}
+
+// rejectOperation answers one operation with an error message and keeps
+// the connection.
+func (c *wsConn) rejectOperation(id, msg string) {
+	b, err := json.Marshal(map[string]any{
+		"id": id, "type": "error",
+		"payload": []map[string]any{{"message": msg, "extensions": map[string]any{"code": CodeTooManyOperations}}},
+	})
+	if err != nil {
+		return
+	}
+	if err := c.write(b); err != nil {
+		c.h.log.Debug("graph: websocket write", "err", err)
+	}
+}
+
+// violation closes the socket with a protocol close code.
+func (c *wsConn) violation(code int, reason string) error {
+	_ = c.WriteClose(code, reason)
+	return errProtocol
+}
+
+// initExpired closes a socket that sent no connection_init in time.
+func (c *wsConn) initExpired() {
+	c.mu.Lock()
+	seen := c.initSeen
+	c.mu.Unlock()
+	if !seen {
+		_ = c.WriteClose(closeInitTimeout, closeReasonInitTimout)
+	}
+}
+
+// WriteJSON implements transport.WebsocketConn. A complete or error
+// message ends its operation id.
+func (c *wsConn) WriteJSON(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("graph: encoding a websocket message: %w", err)
+	}
+	if typ, id := messageTypeID(v); id != "" && (typ == "complete" || typ == "error") {
+		c.mu.Lock()
+		delete(c.active, id)
+		if done := c.completed[id]; done != nil {
+			close(done)
+			delete(c.completed, id)
+		}
+		c.mu.Unlock()
+	}
+	return c.write(b)
+}
+
+// write sends one text message within the write timeout; coder closes the
+// connection when the timeout expires.
+func (c *wsConn) write(b []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), c.h.opts.Websocket.WriteTimeout)
+	defer cancel()
+	if err := c.c.Write(ctx, websocket.MessageText, b); err != nil {
+		return fmt.Errorf("graph: websocket write: %w", err)
+	}
+	return nil
+}
+
+// messageTypeID reads the Type and ID fields of one of gqlgen's message
+// structs, whose types are unexported but whose fields are not.
+func messageTypeID(v any) (typ, id string) {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() == reflect.Pointer {
+		rv = rv.Elem()
+	}
+	if rv.Kind() != reflect.Struct {
+		return "", ""
+	}
+	if f := rv.FieldByName("Type"); f.IsValid() && f.Kind() == reflect.String {
+		typ = f.String()
+	}
+	if f := rv.FieldByName("ID"); f.IsValid() && f.Kind() == reflect.String {
+		id = f.String()
+	}
+	return typ, id
+}
+
+// WriteClose implements transport.WebsocketConn. Only the first close
+// counts. The close handshake (up to 5 s with a silent peer) runs in the
+// background so gqlgen's teardown does not wait for it.
+func (c *wsConn) WriteClose(code int, reason string) error {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closing = true
+	c.initTimer.Stop()
+	if c.deadline != nil {
+		c.deadline.Stop()
+	}
+	c.mu.Unlock()
+	go func() {
+		defer close(c.closed)
+		defer c.untrack()
+		_ = c.c.Close(websocket.StatusCode(code), truncateReason(reason))
+	}()
+	return nil
+}
+
+// Close implements transport.WebsocketConn.
+func (c *wsConn) Close() error {
+	c.mu.Lock()
+	closing := c.closing
+	c.closing = true
+	c.initTimer.Stop()
+	if c.deadline != nil {
+		c.deadline.Stop()
+	}
+	c.mu.Unlock()
+	if closing {
+		return nil // the handshake goroutine closes the connection
+	}
+	defer c.untrack()
+	defer close(c.closed)
+	if err := c.c.CloseNow(); err != nil {
+		return fmt.Errorf("graph: closing websocket: %w", err)
+	}
+	return nil
+}
+
+func (c *wsConn) untrack() { c.untrackOnce.Do(func() { c.h.untrack(c) }) }
+
+// Subprotocol implements transport.WebsocketConn.
+func (c *wsConn) Subprotocol() string { return c.c.Subprotocol() }
+
+// SetReadLimit implements transport.WebsocketReadLimiter.
+func (c *wsConn) SetReadLimit(n int64) { c.c.SetReadLimit(n) }
+
+// SetReadDeadline implements transport.WebsocketReadDeadliner, which
+// gqlgen uses to drop clients that stop answering pings.
+func (c *wsConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.deadline != nil {
+		c.deadline.Stop()
+		c.deadline = nil
+	}
+	if t.IsZero() || c.closing {
+		return nil
+	}
+	c.deadline = time.AfterFunc(time.Until(t), func() { _ = c.c.CloseNow() })
+	return nil
+}
+
+// truncateReason keeps a close reason within the 123 bytes a close frame
+// allows.
+func truncateReason(s string) string {
+	const maxReason = 123
+	if len(s) <= maxReason {
+		return s
+	}
+	return s[:maxReason]
+}
