@@ -33,8 +33,8 @@ type Options struct {
 // Authorizer computes and caches access sets, and answers single RBAC
 // questions, for the whole fleet.
 //
-// Freshness: every call reads the cluster's PolicyRevision first. When it
-// changed, the cluster's compiled policy is rebuilt once and all of that
+// Freshness: every call first checks that the cluster's policy did not
+// change (PolicyRevision, or the RevisionNotifier channel). When it did, the cluster's compiled policy is rebuilt once and all of that
 // cluster's cached access sets are dropped; other clusters are untouched.
 // So a revoked binding is effective on the first call after the index
 // stores the change, with no time-based expiry.
@@ -59,11 +59,32 @@ type clusterState struct {
 }
 
 // snapshot is a compiled policy and the access sets built from it. It is
-// replaced whole when the revision changes.
+// replaced when the revision changes.
 type snapshot struct {
-	policy  *compiledPolicy
+	policy *compiledPolicy
+	// changed is closed at the next policy change, when the source is a
+	// RevisionNotifier; nil otherwise.
+	changed <-chan struct{}
+	cache   *accessCache
+}
+
+// accessCache holds the access sets built from one compiled policy.
+type accessCache struct {
 	entries sync.Map // Identity.anyKey → *index.ClusterAccess
 	n       atomic.Int64
+}
+
+// fresh reports whether the snapshot still describes the cluster's policy.
+func (s *snapshot) fresh(src PolicySource, cluster string) bool {
+	if s.changed != nil {
+		select {
+		case <-s.changed:
+			return false
+		default:
+			return true
+		}
+	}
+	return src.PolicyRevision(cluster) == s.policy.rev
 }
 
 // NewAuthorizer returns an Authorizer that reads RBAC rows and kinds from
@@ -102,29 +123,38 @@ func (a *Authorizer) Authorize(ctx context.Context, cluster string, id *Identity
 }
 
 // ClusterAccess returns what the viewer may see in one cluster. The result
-// is shared and must not be mutated. Its cost on a cache hit is a revision
-// read and two map lookups, whatever the number of bindings.
+// is shared and must not be mutated. Its cost on a cache hit is a freshness
+// check (a channel poll with a RevisionNotifier source, else a revision
+// read) and two map lookups, whatever the number of bindings.
 func (a *Authorizer) ClusterAccess(cluster string, id *Identity) *index.ClusterAccess {
-	rev := a.src.PolicyRevision(cluster)
+	if h := id.last.Load(); h != nil && h.authorizer == a && h.cluster == cluster {
+		if snap := h.state.snap.Load(); snap == h.snap && snap.fresh(a.src, cluster) {
+			return h.access
+		}
+	}
 	cs := a.state(cluster)
 	snap := cs.snap.Load()
-	if snap == nil || snap.policy.rev != rev {
+	if snap == nil || !snap.fresh(a.src, cluster) {
 		snap = a.refresh(cs, cluster)
 	}
-	if v, ok := snap.entries.Load(id.anyKey); ok {
-		return v.(*index.ClusterAccess)
-	}
-	ca := snap.policy.accessFor(a.MappedUser(cluster, id))
-	if snap.n.Add(1) > a.maxIDs {
-		// Start over rather than track recency: the next callers rebuild
-		// what they need in microseconds to milliseconds.
-		cs.snap.CompareAndSwap(snap, &snapshot{policy: snap.policy})
+	remember := func(ca *index.ClusterAccess) *index.ClusterAccess {
+		id.last.Store(&identityHit{authorizer: a, cluster: cluster, state: cs, snap: snap, access: ca})
 		return ca
 	}
-	if v, loaded := snap.entries.LoadOrStore(id.anyKey, ca); loaded {
-		return v.(*index.ClusterAccess)
+	if v, ok := snap.cache.entries.Load(id.anyKey); ok {
+		return remember(v.(*index.ClusterAccess))
 	}
-	return ca
+	ca := snap.policy.accessFor(a.MappedUser(cluster, id))
+	if snap.cache.n.Add(1) > a.maxIDs {
+		// Start over rather than track recency: the next callers rebuild
+		// what they need in about a millisecond at most.
+		cs.snap.CompareAndSwap(snap, &snapshot{policy: snap.policy, changed: snap.changed, cache: &accessCache{}})
+		return ca
+	}
+	if v, loaded := snap.cache.entries.LoadOrStore(id.anyKey, ca); loaded {
+		return remember(v.(*index.ClusterAccess))
+	}
+	return remember(ca)
 }
 
 // Access returns what the viewer may see in the given clusters, the value
@@ -151,7 +181,7 @@ func isEmpty(ca *index.ClusterAccess) bool {
 func (a *Authorizer) PolicyErrors(cluster string) []error {
 	cs := a.state(cluster)
 	snap := cs.snap.Load()
-	if snap == nil || snap.policy.rev != a.src.PolicyRevision(cluster) {
+	if snap == nil || !snap.fresh(a.src, cluster) {
 		snap = a.refresh(cs, cluster)
 	}
 	return snap.policy.errs
@@ -163,9 +193,11 @@ func (a *Authorizer) Forget(cluster string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	old := *a.clusters.Load()
-	if _, ok := old[cluster]; !ok {
+	cs, ok := old[cluster]
+	if !ok {
 		return
 	}
+	cs.snap.Store(nil) // invalidates what identities remember
 	next := maps.Clone(old)
 	delete(next, cluster)
 	a.clusters.Store(&next)
@@ -192,17 +224,33 @@ func (a *Authorizer) state(cluster string) *clusterState {
 }
 
 // refresh compiles the cluster's policy at its current revision, unless
-// another caller just did.
+// another caller just did, or the revision did not actually change (a watch
+// may fire spuriously), in which case the cached access sets are kept.
 func (a *Authorizer) refresh(cs *clusterState, cluster string) *snapshot {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	// Read the revision before the rows: a change racing with the read
-	// then leaves this snapshot labeled stale, so it is rebuilt next time.
-	rev := a.src.PolicyRevision(cluster)
-	if snap := cs.snap.Load(); snap != nil && snap.policy.rev == rev {
-		return snap
+	old := cs.snap.Load()
+	if old != nil && old.fresh(a.src, cluster) {
+		return old
 	}
-	snap := &snapshot{policy: compilePolicy(a.src, cluster, rev)}
+	// Read the revision (and watch) before the rows: a change racing
+	// with the read then leaves this snapshot stale, so it is rebuilt on
+	// the next call; it can never be labeled fresh with old rows.
+	var (
+		rev     uint64
+		changed <-chan struct{}
+	)
+	if n, ok := a.src.(RevisionNotifier); ok {
+		rev, changed = n.PolicyRevisionNotify(cluster)
+	} else {
+		rev = a.src.PolicyRevision(cluster)
+	}
+	snap := &snapshot{changed: changed}
+	if old != nil && old.policy.rev == rev {
+		snap.policy, snap.cache = old.policy, old.cache
+	} else {
+		snap.policy, snap.cache = compilePolicy(a.src, cluster, rev), &accessCache{}
+	}
 	cs.snap.Store(snap)
 	return snap
 }

@@ -3,6 +3,9 @@ package authz
 import (
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
 
 	"k8s.io/apiserver/pkg/authentication/user"
 
@@ -10,8 +13,9 @@ import (
 )
 
 // kindTable is a cluster's kinds reduced to what visibility needs: each
-// GroupResource once, whether it is namespaced, and an index by plural so
-// that rules naming explicit resources do not scan every kind.
+// GroupResource once, whether it is namespaced, its bit in a grSet, and an
+// index by plural so that rules naming explicit resources do not scan every
+// kind.
 type kindTable struct {
 	all        []kindEntry
 	byResource map[string][]kindEntry
@@ -20,6 +24,7 @@ type kindTable struct {
 type kindEntry struct {
 	gr         index.GroupResource
 	namespaced bool
+	bit        int // position in kindTable.all
 }
 
 func newKindTable(kinds []index.Kind) *kindTable {
@@ -37,7 +42,7 @@ func newKindTable(kinds []index.Kind) *kindTable {
 			continue
 		}
 		seen[gr] = len(t.all)
-		t.all = append(t.all, kindEntry{gr: gr, namespaced: k.Namespaced})
+		t.all = append(t.all, kindEntry{gr: gr, namespaced: k.Namespaced, bit: len(t.all)})
 	}
 	for _, e := range t.all {
 		t.byResource[e.gr.Resource] = append(t.byResource[e.gr.Resource], e)
@@ -45,8 +50,8 @@ func newKindTable(kinds []index.Kind) *kindTable {
 	return t
 }
 
-// candidates returns the kinds a rule's resources could match: every kind
-// when the rule has "*", else those whose plural the rule names.
+// candidates calls visit with the kinds a rule's resources could match:
+// every kind when the rule has "*", else those whose plural the rule names.
 func (t *kindTable) candidates(rule *index.PolicyRule, visit func(kindEntry)) {
 	if slices.Contains(rule.Resources, ResourceAll) {
 		for _, e := range t.all {
@@ -61,19 +66,86 @@ func (t *kindTable) candidates(rule *index.PolicyRule, visit func(kindEntry)) {
 	}
 }
 
+// grSet is a set of a cluster's resources as a bit set over kindTable.all.
+// Unions of grants are computed on these, and turned into the maps of
+// index.ClusterAccess once per distinct set (see setInterner).
+type grSet []uint64
+
+func newGRSet(kinds *kindTable) grSet { return make(grSet, (len(kinds.all)+63)/64) }
+
+func (s grSet) add(bit int)      { s[bit/64] |= 1 << (bit % 64) }
+func (s grSet) has(bit int) bool { return s[bit/64]&(1<<(bit%64)) != 0 }
+func (s grSet) union(o grSet) {
+	for i := range o {
+		s[i] |= o[i]
+	}
+}
+func (s grSet) equal(o grSet) bool { return slices.Equal(s, o) }
+
+func (s grSet) empty() bool {
+	for _, w := range s {
+		if w != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// key returns the set as a string usable as a map key.
+func (s grSet) key() string {
+	var b strings.Builder
+	for _, w := range s {
+		b.WriteString(strconv.FormatUint(w, 36))
+		b.WriteByte('.')
+	}
+	return b.String()
+}
+
+// setInterner hands out one shared, immutable map per distinct grSet, so
+// that the 2,000 namespaces of a user who has the same two roles in each
+// share a single map instead of holding 2,000 copies.
+type setInterner struct {
+	kinds *kindTable
+	mu    sync.Mutex
+	sets  map[string]map[index.GroupResource]struct{}
+}
+
+func (in *setInterner) get(s grSet) map[index.GroupResource]struct{} {
+	if s.empty() {
+		return nil
+	}
+	key := s.key()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if m, ok := in.sets[key]; ok {
+		return m
+	}
+	m := make(map[index.GroupResource]struct{})
+	for _, k := range in.kinds.all {
+		if s.has(k.bit) {
+			m[k.gr] = struct{}{}
+		}
+	}
+	in.sets[key] = m
+	return m
+}
+
 // grant is what one role's rules make visible, precomputed once per policy
-// revision and shared by every binding of the role. Its maps are never
-// mutated after compileGrant returns, so access sets may alias them.
+// revision and shared by every binding of every role with the same rules.
+// It is never mutated after compileGrant returns, so access sets may alias
+// its maps.
 type grant struct {
 	// all: some rule allows get of any name or list, on every resource of
 	// every group. Through a ClusterRoleBinding that shows everything.
 	all bool
 	// everywhere holds every resource the rules let the subject list, or
 	// get by any name; through a ClusterRoleBinding that is cluster-wide.
-	everywhere map[index.GroupResource]struct{}
+	everywhere    grSet
+	everywhereMap map[index.GroupResource]struct{}
 	// inNamespace is the namespaced part of everywhere: what a
 	// RoleBinding shows in its namespace.
-	inNamespace map[index.GroupResource]struct{}
+	inNamespace    grSet
+	inNamespaceMap map[index.GroupResource]struct{}
 	// clusterNamed holds get-by-resourceNames grants as they apply
 	// through a ClusterRoleBinding: Namespace "" (any namespace for
 	// namespaced resources, see Allows).
@@ -89,14 +161,14 @@ type grant struct {
 }
 
 func (g *grant) empty() bool {
-	return !g.all && len(g.everywhere) == 0 && len(g.clusterNamed) == 0 && !g.namespaceGetAny
+	return !g.all && g.everywhere.empty() && len(g.clusterNamed) == 0 && !g.namespaceGetAny
 }
 
 // compileGrant evaluates the rules against the cluster's kinds with the
 // same matchers as RuleAllows, for the only requests visibility asks about:
 // get by name and list, without subresource.
-func compileGrant(rules []index.PolicyRule, kinds *kindTable) *grant {
-	g := &grant{}
+func compileGrant(rules []index.PolicyRule, kinds *kindTable, sets *setInterner) *grant {
+	g := &grant{everywhere: newGRSet(kinds), inNamespace: newGRSet(kinds)}
 	for i := range rules {
 		rule := &rules[i]
 		getOK := VerbMatches(rule, verbGet)
@@ -114,9 +186,9 @@ func compileGrant(rules []index.PolicyRule, kinds *kindTable) *grant {
 				return
 			}
 			if wide {
-				g.everywhere = addKey(g.everywhere, k.gr)
+				g.everywhere.add(k.bit)
 				if k.namespaced {
-					g.inNamespace = addKey(g.inNamespace, k.gr)
+					g.inNamespace.add(k.bit)
 				}
 			}
 			if isNamespaces(k.gr) && getAny {
@@ -139,7 +211,35 @@ func compileGrant(rules []index.PolicyRule, kinds *kindTable) *grant {
 			}
 		})
 	}
+	g.everywhereMap = sets.get(g.everywhere)
+	g.inNamespaceMap = sets.get(g.inNamespace)
 	return g
+}
+
+// rulesKey returns a string that is equal for equal rule lists, so that
+// roles with the same rules (the same Role copied into every namespace, a
+// common pattern) are compiled once.
+func rulesKey(rules []index.PolicyRule) string {
+	var b strings.Builder
+	field := func(ss []string) {
+		b.WriteString(strconv.Itoa(len(ss)))
+		for _, s := range ss {
+			b.WriteByte('|')
+			b.WriteString(strconv.Itoa(len(s)))
+			b.WriteByte(':')
+			b.WriteString(s)
+		}
+		b.WriteByte(';')
+	}
+	for _, r := range rules {
+		field(r.Verbs)
+		field(r.APIGroups)
+		field(r.Resources)
+		field(r.ResourceNames)
+		field(r.NonResourceURLs)
+		b.WriteByte('\n')
+	}
+	return b.String()
 }
 
 func addKey[K comparable](m map[K]struct{}, k K) map[K]struct{} {
@@ -162,6 +262,8 @@ type compiledBinding struct {
 // the identity or one of its groups, never the whole policy.
 type compiledPolicy struct {
 	rev     uint64
+	kinds   *kindTable
+	sets    *setInterner
 	byUser  map[string][]*compiledBinding
 	byGroup map[string][]*compiledBinding
 	// errs are the resolution errors met while compiling (missing roles,
@@ -173,16 +275,20 @@ type compiledPolicy struct {
 // been read before the rows, so that a change racing with the read leaves
 // the result labeled stale, never fresh.
 func compilePolicy(src PolicySource, cluster string, rev uint64) *compiledPolicy {
+	kinds := newKindTable(src.Kinds(cluster))
 	p := &compiledPolicy{
 		rev:     rev,
+		kinds:   kinds,
+		sets:    &setInterner{kinds: kinds, sets: make(map[string]map[index.GroupResource]struct{})},
 		byUser:  make(map[string][]*compiledBinding),
 		byGroup: make(map[string][]*compiledBinding),
 	}
-	kinds := newKindTable(src.Kinds(cluster))
 	type roleKey struct {
 		kind, namespace, name string
 	}
-	grants := make(map[roleKey]*grant)
+	grants := make(map[roleKey]*grant) // by role
+	byRules := make(map[string]*grant) // by rule content
+	bindings := make(map[*grant]*compiledBinding)
 	add := func(b *index.Binding) {
 		key := roleKey{kind: b.RoleRef.Kind, name: b.RoleRef.Name}
 		if b.RoleRef.Kind == RoleRefRole {
@@ -194,9 +300,13 @@ func compilePolicy(src PolicySource, cluster string, rev uint64) *compiledPolicy
 			if err != nil {
 				p.errs = append(p.errs, err)
 			} else {
-				g = compileGrant(rules, kinds)
-				if g.empty() {
-					g = nil
+				rk := rulesKey(rules)
+				if g, ok = byRules[rk]; !ok {
+					g = compileGrant(rules, kinds, p.sets)
+					if g.empty() {
+						g = nil
+					}
+					byRules[rk] = g
 				}
 			}
 			grants[key] = g
@@ -205,6 +315,14 @@ func compilePolicy(src PolicySource, cluster string, rev uint64) *compiledPolicy
 			return
 		}
 		cb := &compiledBinding{namespace: b.Namespace, grant: g}
+		if b.Namespace == "" {
+			// ClusterRoleBindings to the same grant are interchangeable.
+			if shared, ok := bindings[g]; ok {
+				cb = shared
+			} else {
+				bindings[g] = cb
+			}
+		}
 		for i := range b.Subjects {
 			s := &b.Subjects[i]
 			switch s.Kind {
@@ -247,37 +365,50 @@ func appendOnce(s []*compiledBinding, cb *compiledBinding) []*compiledBinding {
 	return append(s, cb)
 }
 
-// sharedSet accumulates a union of grant maps without copying while only
-// one grant contributes, which is the common case (one role per namespace),
-// and copies on the first merge.
-type sharedSet[K comparable] struct {
-	m     map[K]struct{}
-	from  *grant
-	owned bool
+// union accumulates the union of grant sets: while only one grant
+// contributes, its interned map is used as is; from the second distinct
+// grant on, bits are merged and interned at the end.
+type union struct {
+	first *grant
+	bits  grSet // nil until a second distinct grant arrives
 }
 
-func (s *sharedSet[K]) add(from *grant, src map[K]struct{}) {
-	if len(src) == 0 || (s.from == from && !s.owned) {
-		return
+func (u *union) add(g *grant, set func(*grant) grSet) {
+	switch {
+	case u.first == nil:
+		u.first = g
+	case u.first == g && u.bits == nil:
+	default:
+		if u.bits == nil {
+			u.bits = slices.Clone(set(u.first))
+		}
+		u.bits.union(set(g))
 	}
-	if s.m == nil {
-		s.m, s.from = src, from
-		return
-	}
-	if !s.owned {
-		s.m = maps.Clone(s.m)
-		s.owned = true
-	}
-	maps.Copy(s.m, src)
 }
+
+func (u *union) result(sets *setInterner, m func(*grant) map[index.GroupResource]struct{}) map[index.GroupResource]struct{} {
+	switch {
+	case u.first == nil:
+		return nil
+	case u.bits == nil:
+		return m(u.first)
+	default:
+		return sets.get(u.bits)
+	}
+}
+
+func everywhereBits(g *grant) grSet                            { return g.everywhere }
+func inNamespaceBits(g *grant) grSet                           { return g.inNamespace }
+func everywhereMap(g *grant) map[index.GroupResource]struct{}  { return g.everywhereMap }
+func inNamespaceMap(g *grant) map[index.GroupResource]struct{} { return g.inNamespaceMap }
 
 // accessFor builds the access set of one (already mapped) identity.
 func (p *compiledPolicy) accessFor(u user.Info) *index.ClusterAccess {
 	var (
-		everywhere sharedSet[index.GroupResource]
-		clusterNm  sharedSet[index.NamedObject]
+		everywhere union
+		clusterNm  []*grant
 		named      map[index.NamedObject]struct{}
-		namespaces map[string]*sharedSet[index.GroupResource]
+		namespaces map[string]union
 	)
 	visit := func(bs []*compiledBinding) bool {
 		for _, b := range bs {
@@ -286,20 +417,19 @@ func (p *compiledPolicy) accessFor(u user.Info) *index.ClusterAccess {
 				if g.all {
 					return false
 				}
-				everywhere.add(g, g.everywhere)
-				clusterNm.add(g, g.clusterNamed)
+				everywhere.add(g, everywhereBits)
+				if len(g.clusterNamed) > 0 && !slices.Contains(clusterNm, g) {
+					clusterNm = append(clusterNm, g)
+				}
 				continue
 			}
-			if len(g.inNamespace) > 0 {
+			if g.inNamespaceMap != nil {
 				if namespaces == nil {
-					namespaces = make(map[string]*sharedSet[index.GroupResource])
+					namespaces = make(map[string]union)
 				}
-				s := namespaces[b.namespace]
-				if s == nil {
-					s = &sharedSet[index.GroupResource]{}
-					namespaces[b.namespace] = s
-				}
-				s.add(g, g.inNamespace)
+				un := namespaces[b.namespace]
+				un.add(g, inNamespaceBits)
+				namespaces[b.namespace] = un
 			}
 			for _, n := range g.namespacedNames {
 				n.Namespace = b.namespace
@@ -322,18 +452,23 @@ func (p *compiledPolicy) accessFor(u user.Info) *index.ClusterAccess {
 			return &index.ClusterAccess{All: true}
 		}
 	}
-	ca := &index.ClusterAccess{Everywhere: everywhere.m}
+	ca := &index.ClusterAccess{Everywhere: everywhere.result(p.sets, everywhereMap)}
 	switch {
-	case len(named) == 0:
-		ca.Named = clusterNm.m
+	case len(named) == 0 && len(clusterNm) == 1:
+		ca.Named = clusterNm[0].clusterNamed
 	default:
-		maps.Copy(named, clusterNm.m)
+		for _, g := range clusterNm {
+			if named == nil {
+				named = make(map[index.NamedObject]struct{}, len(g.clusterNamed))
+			}
+			maps.Copy(named, g.clusterNamed)
+		}
 		ca.Named = named
 	}
 	if len(namespaces) > 0 {
 		ca.Namespaces = make(map[string]map[index.GroupResource]struct{}, len(namespaces))
-		for ns, s := range namespaces {
-			ca.Namespaces[ns] = s.m
+		for ns, un := range namespaces {
+			ca.Namespaces[ns] = un.result(p.sets, inNamespaceMap)
 		}
 	}
 	return ca

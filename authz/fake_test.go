@@ -19,10 +19,17 @@ type fakeStore struct {
 
 type fakeCluster struct {
 	rev          uint64
+	changed      chan struct{}             // closed and replaced at every bump
 	roles        map[[2]string]*index.Role // namespace, name ("" namespace: ClusterRole)
 	bindings     []*index.Binding
 	kinds        []index.Kind
 	clusterRoles map[string]*index.Role
+}
+
+func (c *fakeCluster) bump() {
+	c.rev++
+	close(c.changed)
+	c.changed = make(chan struct{})
 }
 
 func newFakeStore() *fakeStore {
@@ -32,7 +39,7 @@ func newFakeStore() *fakeStore {
 func (f *fakeStore) cluster(name string) *fakeCluster {
 	c, ok := f.clusters[name]
 	if !ok {
-		c = &fakeCluster{roles: map[[2]string]*index.Role{}, clusterRoles: map[string]*index.Role{}}
+		c = &fakeCluster{roles: map[[2]string]*index.Role{}, clusterRoles: map[string]*index.Role{}, changed: make(chan struct{})}
 		f.clusters[name] = c
 		f.listCalls[name] = &atomic.Int64{}
 	}
@@ -48,7 +55,7 @@ func (f *fakeStore) addRole(cluster string, r *index.Role) {
 	} else {
 		c.roles[[2]string{r.Namespace, r.Name}] = r
 	}
-	c.rev++
+	c.bump()
 }
 
 func (f *fakeStore) deleteRole(cluster, namespace, name string) {
@@ -60,7 +67,7 @@ func (f *fakeStore) deleteRole(cluster, namespace, name string) {
 	} else {
 		delete(c.roles, [2]string{namespace, name})
 	}
-	c.rev++
+	c.bump()
 }
 
 func (f *fakeStore) addBinding(cluster string, b *index.Binding) {
@@ -68,7 +75,7 @@ func (f *fakeStore) addBinding(cluster string, b *index.Binding) {
 	defer f.mu.Unlock()
 	c := f.cluster(cluster)
 	c.bindings = append(c.bindings, b)
-	c.rev++
+	c.bump()
 }
 
 func (f *fakeStore) deleteBinding(cluster, namespace, name string) {
@@ -82,7 +89,7 @@ func (f *fakeStore) deleteBinding(cluster, namespace, name string) {
 		}
 	}
 	c.bindings = out
-	c.rev++
+	c.bump()
 }
 
 func (f *fakeStore) setKinds(cluster string, kinds []index.Kind) {
@@ -90,7 +97,7 @@ func (f *fakeStore) setKinds(cluster string, kinds []index.Kind) {
 	defer f.mu.Unlock()
 	c := f.cluster(cluster)
 	c.kinds = kinds
-	c.rev++
+	c.bump()
 }
 
 func (f *fakeStore) GetRole(cluster, namespace, name string) (*index.Role, bool) {
@@ -157,6 +164,16 @@ func (f *fakeStore) PolicyRevision(cluster string) uint64 {
 		return c.rev
 	}
 	return 0
+}
+
+// notifyingFake adds RevisionNotifier to fakeStore.
+type notifyingFake struct{ *fakeStore }
+
+func (f notifyingFake) PolicyRevisionNotify(cluster string) (uint64, <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.cluster(cluster)
+	return c.rev, c.changed
 }
 
 func (f *fakeStore) Kinds(cluster string) []index.Kind {

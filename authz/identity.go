@@ -4,8 +4,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/fleetgraph/fleetgraph/index"
 )
 
 // Identity is an authenticated viewer, normalized once per request. It
@@ -18,6 +21,20 @@ type Identity struct {
 	// anyKey is key already boxed, for sync.Map lookups without
 	// allocation.
 	anyKey any
+	// last remembers the most recent ClusterAccess answer, so that
+	// repeated checks for one cluster (a page, a burst of change events)
+	// skip even the cache's map lookups.
+	last atomic.Pointer[identityHit]
+}
+
+// identityHit is one remembered answer; it is valid while the cluster's
+// snapshot is the same and fresh.
+type identityHit struct {
+	authorizer *Authorizer
+	cluster    string
+	state      *clusterState
+	snap       *snapshot
+	access     *index.ClusterAccess
 }
 
 // NewIdentity wraps what an authenticator returned. The user must not be
