@@ -53,6 +53,14 @@ $(GOLANGCI_LINT):
 demo: testenv
 	$(GO) run ./cmd/fleetgraph demo
 
+## bench-index: the index at 1M synthetic objects
+bench-index:
+	$(GO) run ./cmd/fleetbench index
+
+## bench-collector: first full sync of a real cluster holding 50,000+ objects
+bench-collector: testenv
+	$(GO) run ./cmd/fleetbench collector -v
+
 ## crds: refresh the Istio CRDs fixture from the istio.io/api module
 crds:
 	cp "$$($(GO) list -m -f '{{.Dir}}' istio.io/api)/kubernetes/customresourcedefinitions.gen.yaml" internal/testcluster/testdata/istio-crds.yaml

@@ -36,6 +36,9 @@ const (
 	// relistJitter spreads relists of many kinds and clusters over time,
 	// so they do not all hit the API servers in the same second.
 	relistJitter = 0.1
+	// goneRelistDelay keeps a server that answers 410 to everything from
+	// turning relists into a busy loop.
+	goneRelistDelay = 100 * time.Millisecond
 )
 
 // EventType says what happened to a kind.
@@ -163,7 +166,7 @@ func (r *Run) discover() ([]plannedKind, []MissingKind, error) {
 	if err != nil {
 		var partial *discovery.ErrGroupDiscoveryFailed
 		if !errors.As(err, &partial) {
-			return nil, nil, fmt.Errorf("discovery: %w", err)
+			return nil, nil, describeDiscoveryError(err)
 		}
 		failed = partial.Groups
 	}
@@ -298,6 +301,17 @@ func (r *Run) collectKind(ctx context.Context, p plannedKind) {
 			backoff = kindBackoffInitial
 			continue // the cycle ended: relist
 		}
+		if apierrors.IsGone(err) || apierrors.IsResourceExpired(err) {
+			// The resource version is too old (410): an ordinary
+			// event that a fresh list resolves.
+			r.cfg.Logger.Debug("resource version expired; relisting", "cluster", r.cfg.Cluster, "kind", p.kind.GroupKind())
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(goneRelistDelay):
+			}
+			continue
+		}
 		r.cfg.Logger.Warn("collecting kind failed", "cluster", r.cfg.Cluster, "kind", p.kind.GroupKind(), "err", err, "retry_in", backoff)
 		if rerr := r.cfg.Sink.ReportKindError(ctx, r.cfg.Cluster, p.kind, describeListError(p.kind, err)); rerr != nil && ctx.Err() == nil {
 			r.cfg.Logger.Error("reporting kind error failed", "cluster", r.cfg.Cluster, "kind", p.kind.GroupKind(), "err", rerr)
@@ -309,6 +323,18 @@ func (r *Run) collectKind(ctx context.Context, p plannedKind) {
 		case <-time.After(jitter(backoff, 0.5)):
 		}
 		backoff = min(2*backoff, kindBackoffMax)
+	}
+}
+
+// describeDiscoveryError says what a failed discovery means for the user.
+func describeDiscoveryError(err error) error {
+	switch {
+	case apierrors.IsUnauthorized(err):
+		return fmt.Errorf("discovery: unauthorized: the cluster rejected fleetgraph's credentials: %w", err)
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf("discovery: forbidden: fleetgraph's credentials may not read the API discovery documents: %w", err)
+	default:
+		return fmt.Errorf("discovery: %w", err)
 	}
 }
 

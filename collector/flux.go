@@ -79,7 +79,9 @@ func dynamicAdapter(group, version, kind string, normalize func(*unstructured.Un
 		listWatch: func(c *Clients, gvr schema.GroupVersionResource) cache.ListerWatcher {
 			ri := c.Dynamic.Resource(gvr).Namespace(metav1.NamespaceAll)
 			return listWatchOf(
-				func(ctx context.Context, o metav1.ListOptions) (*unstructured.UnstructuredList, error) { return ri.List(ctx, o) },
+				func(ctx context.Context, o metav1.ListOptions) (*unstructured.UnstructuredList, error) {
+					return ri.List(ctx, o)
+				},
 				func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return ri.Watch(ctx, o) },
 			)
 		},

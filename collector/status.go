@@ -204,27 +204,18 @@ func fromKstatus(s kstatus.Status) index.Status {
 	}
 }
 
-// fluxStatus returns the status function of a Flux kind. kstatus handles
-// deletion, unobserved generations, Reconciling and Stalled; it calls an
-// object with Ready=False but not Stalled "current", which for Flux means
-// the last reconciliation failed, so fleetgraph reads Ready itself.
-// Suspended objects say so in the message.
+// fluxStatus returns the status function of a Flux kind. kstatus decides
+// deletion (TERMINATING) and Stalled (UNHEALTHY). Then an unobserved
+// generation or Reconciling=True is PROGRESSING, and otherwise the Ready
+// condition decides: for Flux, Ready=False means the last reconciliation
+// failed, which is UNHEALTHY, whatever kstatus makes of it. Suspended
+// objects say so in the message.
 func fluxStatus(summary func(map[string]any) map[string]any) func(*unstructured.Unstructured) Normalized {
 	return func(u *unstructured.Unstructured) Normalized {
 		n := genericStatus(u)
 		n.Summary = summary(u.Object)
-		if n.Status == index.StatusHealthy {
-			ready, found := readyCondition(u)
-			switch {
-			case !found:
-				n.Status, n.Message = index.StatusProgressing, "not reconciled yet"
-			case ready.Status == string(corev1.ConditionFalse):
-				n.Status, n.Message = index.StatusUnhealthy, joinReason(ready.Reason, ready.Message)
-			case ready.Status == string(corev1.ConditionUnknown):
-				n.Status, n.Message = index.StatusProgressing, joinReason(ready.Reason, ready.Message)
-			default:
-				n.Message = ready.Message
-			}
+		if n.Status != index.StatusTerminating && n.Status != index.StatusUnhealthy {
+			n.Status, n.Message = fluxReady(u)
 		}
 		if boolean(u.Object, "spec", "suspend") {
 			n.Message = strings.TrimSpace("suspended. " + n.Message)
@@ -233,15 +224,37 @@ func fluxStatus(summary func(map[string]any) map[string]any) func(*unstructured.
 	}
 }
 
+func fluxReady(u *unstructured.Unstructured) (index.Status, string) {
+	generation := u.GetGeneration()
+	observed, found, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
+	if found && observed < generation {
+		return index.StatusProgressing, fmt.Sprintf("generation %d not yet reconciled (last reconciled %d)", generation, observed)
+	}
+	if c, ok := findCondition(u, "Reconciling"); ok && c.Status == string(corev1.ConditionTrue) {
+		return index.StatusProgressing, joinReason(c.Reason, c.Message)
+	}
+	ready, ok := findCondition(u, "Ready")
+	switch {
+	case !ok:
+		return index.StatusProgressing, "not reconciled yet"
+	case ready.Status == string(corev1.ConditionTrue):
+		return index.StatusHealthy, ready.Message
+	case ready.Status == string(corev1.ConditionFalse):
+		return index.StatusUnhealthy, joinReason(ready.Reason, ready.Message)
+	default:
+		return index.StatusProgressing, joinReason(ready.Reason, ready.Message)
+	}
+}
+
 type condition struct {
 	Status, Reason, Message string
 }
 
-func readyCondition(u *unstructured.Unstructured) (condition, bool) {
+func findCondition(u *unstructured.Unstructured, typ string) (condition, bool) {
 	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 	for _, c := range conds {
 		m, ok := c.(map[string]any)
-		if !ok || m["type"] != "Ready" {
+		if !ok || m["type"] != typ {
 			continue
 		}
 		s, _ := m["status"].(string)

@@ -100,8 +100,8 @@ func TestConvergence(t *testing.T) {
 			message        string
 		}{
 			{"Pod", "ns-0", "pod-0", index.StatusHealthy, ""},
-			{"Pod", "ns-1", "pod-3", index.StatusProgressing, "Unschedulable"},   // n=8: pending
-			{"Pod", "ns-2", "pod-3", index.StatusUnhealthy, "CrashLoopBackOff"},  // n=9: crash-looping
+			{"Pod", "ns-2", "pod-0", index.StatusProgressing, "Unschedulable"},  // the 9th pod: pending
+			{"Pod", "ns-2", "pod-1", index.StatusUnhealthy, "CrashLoopBackOff"}, // the 10th: crash-looping
 			{"Kustomization", "ns-0", "apps", index.StatusHealthy, "Applied revision"},
 			{"Namespace", "", "ns-0", index.StatusHealthy, ""},
 		}
@@ -437,7 +437,7 @@ func TestBadSourcesDoNotStopOthers(t *testing.T) {
 	h.rec.waitFor(t, good.Name, index.StateConnected, 1, 60*time.Second)
 	h.rec.waitFor(t, "unreachable", index.StateDisconnected, 1, 20*time.Second)
 	h.rec.waitFor(t, "no-user", index.StateDisconnected, 1, 20*time.Second)
-	for name, want := range map[string]string{"unreachable": "connection refused", "no-user": "no-user"} {
+	for name, want := range map[string]string{"unreachable": "connection refused", "no-user": `names user "nobody"`} {
 		row, _ := h.store.GetCluster(nil, name)
 		if !strings.Contains(row.LastError, want) {
 			t.Errorf("cluster %s: lastError %q does not mention %q", name, row.LastError, want)

@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // Spec describes one cluster to collect from.
@@ -57,8 +58,15 @@ func KubeconfigSpecs(path string, contexts []string) ([]Spec, error) {
 		specs = append(specs, Spec{
 			Name: name,
 			Config: func(context.Context) (*rest.Config, error) {
-				cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
-					&clientcmd.ConfigOverrides{CurrentContext: name}).ClientConfig()
+				loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: name})
+				raw, err := loader.RawConfig()
+				if err != nil {
+					return nil, fmt.Errorf("kubeconfig context %q: %w", name, err)
+				}
+				if err := checkContext(&raw, name); err != nil {
+					return nil, err
+				}
+				cfg, err := loader.ClientConfig()
 				if err != nil {
 					return nil, fmt.Errorf("kubeconfig context %q: %w", name, err)
 				}
@@ -67,6 +75,23 @@ func KubeconfigSpecs(path string, contexts []string) ([]Spec, error) {
 		})
 	}
 	return specs, nil
+}
+
+// checkContext reports a context that names a cluster or user the
+// kubeconfig does not define. clientcmd would quietly fall back to no
+// credentials, and the cluster would then fail with an unhelpful 403.
+func checkContext(raw *clientcmdapi.Config, name string) error {
+	c, ok := raw.Contexts[name]
+	if !ok {
+		return fmt.Errorf("kubeconfig has no context %q", name)
+	}
+	if _, ok := raw.Clusters[c.Cluster]; !ok {
+		return fmt.Errorf("kubeconfig context %q names cluster %q, which the kubeconfig does not define", name, c.Cluster)
+	}
+	if _, ok := raw.AuthInfos[c.AuthInfo]; c.AuthInfo != "" && !ok {
+		return fmt.Errorf("kubeconfig context %q names user %q, which the kubeconfig does not define", name, c.AuthInfo)
+	}
+	return nil
 }
 
 // specFromKubeconfig returns a Spec whose Config parses kubeconfig bytes
@@ -83,6 +108,9 @@ func specFromKubeconfig(name string, labels map[string]string, get func() []byte
 			raw, err := clientcmd.Load(data)
 			if err != nil {
 				return nil, fmt.Errorf("cluster %q: parse kubeconfig: %w", name, err)
+			}
+			if err := checkContext(raw, raw.CurrentContext); err != nil {
+				return nil, fmt.Errorf("cluster %q: %w", name, err)
 			}
 			cfg, err := clientcmd.NewDefaultClientConfig(*raw, &clientcmd.ConfigOverrides{}).ClientConfig()
 			if err != nil {

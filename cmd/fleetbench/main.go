@@ -2,7 +2,8 @@
 // machine-readable summary line per benchmark ("name: key=value ..."), so
 // results can be compared run to run.
 //
-//	fleetbench index [flags]   the index benchmark at 1M objects
+//	fleetbench index [flags]       the index benchmark at 1M objects
+//	fleetbench collector [flags]   first full sync of a real cluster of 50,000+ objects
 package main
 
 import (
@@ -23,10 +24,11 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	commands := map[string]func(context.Context, []string) error{
-		"index": runIndex,
+		"index":     runIndex,
+		"collector": runCollector,
 	}
 	if len(args) == 0 || commands[args[0]] == nil {
-		return fmt.Errorf("usage: fleetbench index [flags]")
+		return fmt.Errorf("usage: fleetbench index|collector [flags]")
 	}
 	return commands[args[0]](ctx, args[1:])
 }

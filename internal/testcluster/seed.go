@@ -128,7 +128,7 @@ produce:
 	for i := range opts.Namespaces {
 		ns := fmt.Sprintf("%s-%d", opts.Prefix, i)
 		for p := range opts.Pods {
-			obj, status := seedPod(ns, fmt.Sprintf("pod-%d", p), i+p)
+			obj, status := seedPod(ns, fmt.Sprintf("pod-%d", p), i*opts.Pods+p)
 			if !send(GVRPod, obj, status) {
 				break produce
 			}
