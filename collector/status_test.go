@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	metaapi "istio.io/api/meta/v1alpha1"
 	analysisapi "istio.io/api/analysis/v1alpha1"
+	metaapi "istio.io/api/meta/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
