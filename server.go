@@ -3,32 +3,149 @@ package fleetgraph
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fleetgraph/fleetgraph/authz"
+	"github.com/fleetgraph/fleetgraph/collector"
+	"github.com/fleetgraph/fleetgraph/connection"
+	"github.com/fleetgraph/fleetgraph/graph"
+	"github.com/fleetgraph/fleetgraph/index"
 )
 
-// ErrNotImplemented is returned by parts of the server that are not built
-// yet.
-var ErrNotImplemented = errors.New("not implemented yet")
+// shutdownTimeout bounds how long Run waits for open websocket connections
+// to be told the server is going away.
+const shutdownTimeout = 5 * time.Second
 
-// Config configures a Server.
-type Config struct{}
+// Config configures a Server. Authenticator is required; everything else
+// has a working default.
+type Config struct {
+	// Clusters are collected in pull mode from the start. More can be
+	// added while running with AddCluster, or from Secrets with
+	// connection.SecretSource on Manager().
+	Clusters []connection.Spec
+	// Kinds, if set, restricts collection to these kinds ("Pod",
+	// "Kustomization.kustomize.toolkit.fluxcd.io"); RBAC kinds are always
+	// collected. ExtraKinds adds kinds as "group/version/Kind".
+	Kinds      []string
+	ExtraKinds []string
+	// Namespaces and ExcludeNamespaces filter collected objects.
+	Namespaces, ExcludeNamespaces []string
+	// Relist is the anti-entropy relist interval (default 30s).
+	Relist time.Duration
+	// Connection tunes probes, health checks and backoff; its Store,
+	// Registry and Logger are set by New.
+	Connection connection.Options
 
-// Server is an embeddable fleetgraph: an HTTP handler for the API and a
-// collection loop.
-type Server struct{}
+	// Authenticator turns request credentials into viewers.
+	Authenticator authz.Authenticator
+	// Authz configures identity mapping per cluster.
+	Authz authz.Options
+	// AdminGroups see everything in every cluster.
+	AdminGroups []string
+	// Graph configures the API: limits, websocket, introspection. Its
+	// Store, Authorizer, Authenticator, LeafClients, Registry, Logger and
+	// Ready are set by New.
+	Graph graph.Options
 
-// New wires a Server from its configuration.
-func New(Config) (*Server, error) {
-	return nil, ErrNotImplemented
+	// Registry receives every metric and is served at /metrics; nil means
+	// a new registry.
+	Registry *prometheus.Registry
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
 }
 
-// Handler returns the HTTP handler that serves the API.
-func (s *Server) Handler() http.Handler {
-	return http.NotFoundHandler()
+// Server is an embeddable fleetgraph: an index fed by pull collectors, an
+// RBAC authorizer over it, and the GraphQL API.
+type Server struct {
+	store   *index.Store
+	authz   *authz.Authorizer
+	manager *connection.Manager
+	handler *graph.Handler
+	logger  *slog.Logger
 }
 
-// Run collects from the configured clusters until ctx ends.
+// New wires a Server. It starts nothing: Run collects and Handler serves.
+func New(cfg Config) (*Server, error) {
+	if cfg.Authenticator == nil {
+		return nil, errors.New("fleetgraph: Config.Authenticator is required (anonymous access must be explicit)")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	registry := collector.NewRegistry()
+	if err := registry.Restrict(cfg.Kinds); err != nil {
+		return nil, fmt.Errorf("fleetgraph: kinds: %w", err)
+	}
+	for _, k := range cfg.ExtraKinds {
+		if err := registry.AddGVK(k); err != nil {
+			return nil, fmt.Errorf("fleetgraph: extra kinds: %w", err)
+		}
+	}
+
+	store := index.New()
+	copts := cfg.Connection
+	copts.Store, copts.Registry, copts.Logger, copts.Registerer = store, registry, cfg.Logger, cfg.Registry
+	copts.Namespaces, copts.ExcludeNamespaces, copts.Relist = cfg.Namespaces, cfg.ExcludeNamespaces, cfg.Relist
+	manager, err := connection.NewManager(copts)
+	if err != nil {
+		return nil, err
+	}
+	for _, spec := range cfg.Clusters {
+		if err := manager.Add(spec); err != nil {
+			return nil, err
+		}
+	}
+
+	az := authz.NewAuthorizer(store, cfg.Authz)
+	gopts := cfg.Graph
+	gopts.Store, gopts.Authorizer, gopts.Authenticator = store, az, cfg.Authenticator
+	gopts.LeafClients, gopts.AdminGroups = manager, cfg.AdminGroups
+	gopts.Registry, gopts.Logger = cfg.Registry, cfg.Logger
+	gopts.Ready = func(context.Context) error {
+		if f := connection.Fleet(store.ListClusters(nil)); f.Rebuilding {
+			return errors.New(f.Message)
+		}
+		return nil
+	}
+	h, err := graph.NewHandler(gopts)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{store: store, authz: az, manager: manager, handler: h, logger: cfg.Logger}, nil
+}
+
+// Handler serves the API: /graphql (POST and websocket), GraphiQL at /,
+// /healthz, /readyz (ready once every reachable cluster has synced) and
+// /metrics.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Store is the index, for programs that query it directly.
+func (s *Server) Store() *index.Store { return s.store }
+
+// Manager owns the pull-mode clusters, for programs that add sources.
+func (s *Server) Manager() *connection.Manager { return s.manager }
+
+// AddCluster starts collecting a cluster.
+func (s *Server) AddCluster(spec connection.Spec) error { return s.manager.Add(spec) }
+
+// RemoveCluster stops collecting a cluster and drops its rows.
+func (s *Server) RemoveCluster(ctx context.Context, name string) error {
+	return s.manager.Remove(ctx, name)
+}
+
+// Run collects from the clusters until ctx ends, then tells websocket
+// clients the server is going away.
 func (s *Server) Run(ctx context.Context) error {
-	<-ctx.Done()
-	return nil
+	err := s.manager.Run(ctx)
+	closeCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	return errors.Join(err, s.handler.Close(closeCtx))
 }

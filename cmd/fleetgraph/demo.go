@@ -1,13 +1,19 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/fleetgraph/fleetgraph/connection"
 	"github.com/fleetgraph/fleetgraph/internal/testcluster"
 )
 
@@ -30,24 +37,31 @@ func newDemoCommand() *cobra.Command {
 	var (
 		clusters   []string
 		namespaces int
+		listen     string
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Start local Kubernetes control planes, seed them and print how to reach them",
+		Short: "Start local Kubernetes control planes, seed them, and serve fleetgraph over them",
 		Long: `demo starts real kube-apiserver processes (built by "make testenv"),
 seeds them with namespaces, pods, services, Flux and Istio objects and RBAC
-users, and prints a kubeconfig and tokens. Ctrl-C stops everything.`,
+users, keeps changing a few objects, and serves fleetgraph over them. It
+prints the API address, user tokens and a kubeconfig for the clusters.
+
+Type "stop <cluster>", "start <cluster>", "freeze <cluster>", "thaw <cluster>",
+"cut <cluster>" (black-hole its network) or "heal <cluster>" to watch
+fleetgraph notice and recover. Ctrl-C stops everything.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runDemo(cmd.Context(), clusters, namespaces)
+			return runDemo(cmd.Context(), clusters, namespaces, listen)
 		},
 	}
 	cmd.Flags().StringSliceVar(&clusters, "clusters", []string{"east", "west"}, "names of the clusters to start")
 	cmd.Flags().IntVar(&namespaces, "namespaces", 10, "namespaces to seed per cluster")
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "address fleetgraph serves on")
 	return cmd
 }
 
-func runDemo(ctx context.Context, names []string, namespaces int) (err error) {
+func runDemo(ctx context.Context, names []string, namespaces int, listen string) (err error) {
 	if len(names) == 0 {
 		return errors.New("--clusters: give at least one cluster name")
 	}
@@ -92,11 +106,112 @@ func runDemo(ctx context.Context, names []string, namespaces int) (err error) {
 	if err := clientcmd.WriteToFile(*merged, kubeconfig); err != nil {
 		return fmt.Errorf("write kubeconfig: %w", err)
 	}
-	printDemo(started, kubeconfig)
+	tokens, err := writeDemoTokens(filepath.Join(dir, "tokens.csv"))
+	if err != nil {
+		return err
+	}
+	specs, err := connection.KubeconfigSpecs(kubeconfig, nil)
+	if err != nil {
+		return err
+	}
 
-	<-ctx.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go churn(ctx, started)
+	go demoControl(ctx, started, os.Stdin)
+	printDemo(started, kubeconfig, listen, tokens)
+	f := serveFlags{listen: listen, tokensFile: filepath.Join(dir, "tokens.csv"), adminGroups: []string{"fleet-admins"}, relist: 30 * time.Second}
+	if err := serve(ctx, &f, specs); err != nil {
+		return err
+	}
 	fmt.Println("\nstopping...")
 	return nil
+}
+
+// writeDemoTokens writes fleetgraph's own static tokens: an admin, and
+// alice and bob, whose access each cluster's RBAC decides.
+func writeDemoTokens(path string) (map[string]string, error) {
+	tokens := map[string]string{}
+	var csv strings.Builder
+	for _, u := range []struct{ name, groups string }{{"admin", "fleet-admins"}, {"alice", "team-a"}, {"bob", "team-b"}} {
+		b := make([]byte, 12)
+		if _, err := rand.Read(b); err != nil {
+			return nil, fmt.Errorf("token: %w", err)
+		}
+		tokens[u.name] = hex.EncodeToString(b)
+		fmt.Fprintf(&csv, "%s,%s,%s,\"%s\"\n", tokens[u.name], u.name, u.name, u.groups)
+	}
+	if err := os.WriteFile(path, []byte(csv.String()), 0o600); err != nil {
+		return nil, fmt.Errorf("write tokens: %w", err)
+	}
+	return tokens, nil
+}
+
+// churn keeps changing objects so subscriptions have something to show:
+// every two seconds a pod somewhere flips between ready and crash-looping.
+func churn(ctx context.Context, clusters []*testcluster.Cluster) {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c := clusters[i%len(clusters)]
+		ns, name := fmt.Sprintf("team-%d", i%3), fmt.Sprintf("pod-%d", i%5)
+		pods := c.Client().CoreV1().Pods(ns)
+		pod, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			continue // the cluster may be stopped on purpose
+		}
+		if pod.Labels == nil {
+			pod.Labels = map[string]string{}
+		}
+		pod.Labels["churn"] = strconv.Itoa(i)
+		if _, err := pods.Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+			slog.Debug("churn", "err", err)
+		}
+	}
+}
+
+// demoControl reads commands that break and heal clusters.
+func demoControl(ctx context.Context, clusters []*testcluster.Cluster, in io.Reader) {
+	byName := map[string]*testcluster.Cluster{}
+	for _, c := range clusters {
+		byName[c.Name] = c
+	}
+	lines := bufio.NewScanner(in)
+	for lines.Scan() {
+		fields := strings.Fields(lines.Text())
+		if len(fields) != 2 || byName[fields[1]] == nil {
+			fmt.Println(`commands: stop|start|freeze|thaw|cut|heal <cluster>`)
+			continue
+		}
+		c := byName[fields[1]]
+		var err error
+		switch fields[0] {
+		case "stop":
+			err = c.Stop()
+		case "start":
+			err = c.Start(ctx)
+		case "freeze":
+			err = c.Freeze()
+		case "thaw":
+			err = c.Thaw()
+		case "cut":
+			c.Proxy.BlackHole()
+		case "heal":
+			c.Proxy.Restore()
+		default:
+			err = fmt.Errorf("unknown command %q", fields[0])
+		}
+		if err != nil {
+			fmt.Println("error:", err)
+			continue
+		}
+		fmt.Printf("%s %s: done\n", fields[0], c.Name)
+	}
 }
 
 // seedDemoCluster installs the CRDs, creates objects in mixed states, and
@@ -150,8 +265,14 @@ func seedDemoCluster(ctx context.Context, c *testcluster.Cluster, namespaces int
 	return nil
 }
 
-func printDemo(clusters []*testcluster.Cluster, kubeconfig string) {
+func printDemo(clusters []*testcluster.Cluster, kubeconfig, listen string, tokens map[string]string) {
 	fmt.Printf("\nfleetgraph demo: %d clusters are running.\n\n", len(clusters))
+	fmt.Printf("  GraphiQL:  http://%s/\n  GraphQL:   http://%s/graphql\n", listen, listen)
+	fmt.Printf("  fleetgraph tokens (Authorization: Bearer ...):\n")
+	for _, u := range []string{"admin", "alice", "bob"} {
+		fmt.Printf("    %-6s %s\n", u, tokens[u])
+	}
+	fmt.Printf("  try: curl -s -H 'Authorization: Bearer %s' http://%s/graphql -d '{\"query\":\"{ fleet { message } objects(first: 3) { totalCount edges { node { cluster namespace kind name status } } } }\"}'\n\n", tokens["alice"], listen)
 	fmt.Printf("  export KUBECONFIG=%s\n\n", kubeconfig)
 	for _, c := range clusters {
 		fmt.Printf("  cluster %-8s %s   (try: kubectl --context %s get pods -A)\n", c.Name, c.Proxy.URL(), c.Name)
@@ -165,5 +286,5 @@ func printDemo(clusters []*testcluster.Cluster, kubeconfig string) {
 		}
 	}
 	fmt.Println("\n  alice reads the first half of the team-* namespaces; bob (group team-b) reads Flux objects everywhere.")
-	fmt.Println("  Press Ctrl-C to stop every cluster.")
+	fmt.Println("  Type stop|start|freeze|thaw|cut|heal <cluster> to break and heal a cluster; Ctrl-C stops everything.")
 }

@@ -1,18 +1,250 @@
 package main
 
 import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/fleetgraph/fleetgraph"
+	"github.com/fleetgraph/fleetgraph/authz"
+	"github.com/fleetgraph/fleetgraph/connection"
+	"github.com/fleetgraph/fleetgraph/graph"
 )
 
+// serveFlags are the flags of `fleetgraph serve`; demo reuses them.
+type serveFlags struct {
+	listen            string
+	kubeconfig        string
+	contexts          []string
+	secretNamespace   string
+	secretSelector    string
+	tokensFile        string
+	oidcIssuer        string
+	oidcClientID      string
+	oidcUsernameClaim string
+	oidcGroupsClaim   string
+	usernamePrefix    string
+	groupsPrefix      string
+	requestHeaderCA   string
+	tlsCert, tlsKey   string
+	adminGroups       []string
+	kinds, extraKinds []string
+	namespaces        []string
+	excludeNamespaces []string
+	relist            time.Duration
+	noIntrospection   bool
+	originPatterns    []string
+	allowAnonymous    bool
+}
+
+func (f *serveFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.listen, "listen", ":8080", "address to serve the API on")
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig whose contexts are the clusters (default $KUBECONFIG or ~/.kube/config)")
+	fl.StringSliceVar(&f.contexts, "context", nil, "collect only these contexts (repeatable; default every context)")
+	fl.StringVar(&f.secretNamespace, "cluster-secrets-namespace", "", "also collect clusters from labelled Secrets in this namespace of the cluster fleetgraph runs in")
+	fl.StringVar(&f.secretSelector, "cluster-secrets-selector", "fleetgraph.io/cluster=true", "label selector of cluster Secrets")
+	fl.StringVar(&f.tokensFile, "tokens-file", "", "static tokens in kube-apiserver --token-auth-file CSV format")
+	fl.StringVar(&f.oidcIssuer, "oidc-issuer", "", "OIDC issuer URL")
+	fl.StringVar(&f.oidcClientID, "oidc-client-id", "", "OIDC client id (the audience of ID tokens)")
+	fl.StringVar(&f.oidcUsernameClaim, "oidc-username-claim", "sub", "OIDC claim naming the user")
+	fl.StringVar(&f.oidcGroupsClaim, "oidc-groups-claim", "", "OIDC claim holding the groups")
+	fl.StringVar(&f.usernamePrefix, "username-prefix", "", "prefix put before usernames when evaluating cluster RBAC, like --oidc-username-prefix")
+	fl.StringVar(&f.groupsPrefix, "groups-prefix", "", "prefix put before groups when evaluating cluster RBAC, like --oidc-groups-prefix")
+	fl.StringVar(&f.requestHeaderCA, "requestheader-client-ca-file", "", "trust X-Remote-User/X-Remote-Group from clients whose certificate this CA signed (needs --tls-cert-file)")
+	fl.StringVar(&f.tlsCert, "tls-cert-file", "", "serve HTTPS with this certificate")
+	fl.StringVar(&f.tlsKey, "tls-private-key-file", "", "private key of --tls-cert-file")
+	fl.StringSliceVar(&f.adminGroups, "admin-group", nil, "groups whose members see everything (repeatable)")
+	fl.StringSliceVar(&f.kinds, "kinds", nil, "collect only these kinds, e.g. Pod,Kustomization.kustomize.toolkit.fluxcd.io (RBAC kinds are always collected)")
+	fl.StringSliceVar(&f.extraKinds, "extra-kinds", nil, "collect more kinds, as group/version/Kind, e.g. apps/v1/Deployment")
+	fl.StringSliceVar(&f.namespaces, "namespaces", nil, "collect only these namespaces")
+	fl.StringSliceVar(&f.excludeNamespaces, "exclude-namespaces", nil, "do not collect these namespaces")
+	fl.DurationVar(&f.relist, "relist", 30*time.Second, "interval of the full anti-entropy relist")
+	fl.BoolVar(&f.noIntrospection, "disable-introspection", false, "turn off GraphQL introspection")
+	fl.StringSliceVar(&f.originPatterns, "allowed-origins", nil, "extra origins (host patterns) allowed to open websockets; same-origin is always allowed")
+	fl.BoolVar(&f.allowAnonymous, "allow-anonymous", false, "let requests without credentials in as system:anonymous")
+}
+
 func newServeCommand() *cobra.Command {
-	return &cobra.Command{
+	var f serveFlags
+	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Collect from every cluster of a kubeconfig and serve the GraphQL API",
-		Args:  cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			return fmt.Errorf("serve: %w", errNotImplemented)
+		Long: `serve collects every context of --kubeconfig (or the --context ones), and
+clusters from labelled Secrets, into an in-memory index and serves it over
+GraphQL at /graphql, filtered by each cluster's RBAC. At least one
+authenticator (--tokens-file, --oidc-issuer or --requestheader-client-ca-file)
+is required.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			specs, err := connection.KubeconfigSpecs(f.kubeconfig, f.contexts)
+			if err != nil && !(errors.Is(err, connection.ErrNoContexts) && f.secretNamespace != "") {
+				return err
+			}
+			return serve(cmd.Context(), &f, specs)
 		},
 	}
+	f.register(cmd)
+	return cmd
+}
+
+// serve runs a fleetgraph server for the given clusters until ctx ends.
+func serve(ctx context.Context, f *serveFlags, specs []connection.Spec) error {
+	authn, err := f.authenticator(ctx)
+	if err != nil {
+		return err
+	}
+	mapping := authz.Mapping{UsernamePrefix: f.usernamePrefix, GroupsPrefix: f.groupsPrefix}
+	srv, err := fleetgraph.New(fleetgraph.Config{
+		Clusters: specs, Kinds: f.kinds, ExtraKinds: f.extraKinds,
+		Namespaces: f.namespaces, ExcludeNamespaces: f.excludeNamespaces, Relist: f.relist,
+		Authenticator: authn, Authz: authz.Options{DefaultMapping: mapping}, AdminGroups: f.adminGroups,
+		Graph: graph.Options{DisableIntrospection: f.noIntrospection, Websocket: graph.WebsocketOptions{OriginPatterns: f.originPatterns}},
+	})
+	if err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, 3)
+	running := 1
+	if f.secretNamespace != "" {
+		source, err := f.secretSource(srv.Manager())
+		if err != nil {
+			return err
+		}
+		running++
+		go func() { errs <- source.Run(ctx) }()
+	}
+
+	httpServer := &http.Server{Addr: f.listen, Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", f.listen, err)
+	}
+	scheme := "http"
+	if f.tlsCert != "" {
+		scheme = "https"
+		httpServer.TLSConfig, err = f.tlsConfig()
+		if err != nil {
+			return err
+		}
+	}
+	slog.Info("serving", "url", scheme+"://"+ln.Addr().String()+"/graphql", "clusters", len(specs))
+	go func() {
+		var err error
+		if f.tlsCert != "" {
+			err = httpServer.ServeTLS(ln, f.tlsCert, f.tlsKey)
+		} else {
+			err = httpServer.Serve(ln)
+		}
+		if !errors.Is(err, http.ErrServerClosed) {
+			cancel()
+			slog.Error("HTTP server failed", "err", err)
+		}
+	}()
+	go func() { errs <- srv.Run(ctx) }()
+
+	var runErr error
+	for range running {
+		if err := <-errs; err != nil && runErr == nil {
+			runErr = err
+			cancel()
+		}
+	}
+	shutdownCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
+	defer done()
+	return errors.Join(runErr, httpServer.Shutdown(shutdownCtx))
+}
+
+// authenticator builds the union of the configured authenticators.
+func (f *serveFlags) authenticator(ctx context.Context) (authz.Authenticator, error) {
+	union := &authz.Union{AllowAnonymous: f.allowAnonymous}
+	if f.tokensFile != "" {
+		tokens, err := authz.LoadStaticTokens(f.tokensFile)
+		if err != nil {
+			return nil, err
+		}
+		union.Authenticators = append(union.Authenticators, tokens)
+	}
+	if f.oidcIssuer != "" {
+		if f.oidcClientID == "" {
+			return nil, errors.New("--oidc-issuer needs --oidc-client-id")
+		}
+		o, err := authz.NewOIDC(ctx, authz.OIDCConfig{IssuerURL: f.oidcIssuer, ClientID: f.oidcClientID,
+			UsernameClaim: f.oidcUsernameClaim, GroupsClaim: f.oidcGroupsClaim})
+		if err != nil {
+			return nil, err
+		}
+		union.Authenticators = append(union.Authenticators, o)
+	}
+	if f.requestHeaderCA != "" {
+		if f.tlsCert == "" {
+			return nil, errors.New("--requestheader-client-ca-file needs --tls-cert-file: proxies prove themselves with client certificates")
+		}
+		pool, err := loadCertPool(f.requestHeaderCA)
+		if err != nil {
+			return nil, err
+		}
+		rh, err := authz.NewRequestHeader(authz.RequestHeaderConfig{ClientCA: pool})
+		if err != nil {
+			return nil, err
+		}
+		union.Authenticators = append(union.Authenticators, rh)
+	}
+	if len(union.Authenticators) == 0 && !f.allowAnonymous {
+		return nil, errors.New("no authenticator: give --tokens-file, --oidc-issuer or --requestheader-client-ca-file (or --allow-anonymous)")
+	}
+	return union, nil
+}
+
+func (f *serveFlags) tlsConfig() (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f.requestHeaderCA != "" {
+		pool, err := loadCertPool(f.requestHeaderCA)
+		if err != nil {
+			return nil, err
+		}
+		// Ask for client certificates, but let browsers without one in:
+		// only request-header authentication needs them.
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.VerifyClientCertIfGiven
+	}
+	return cfg, nil
+}
+
+func loadCertPool(path string) (*x509.CertPool, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("CA file %s holds no PEM certificate", path)
+	}
+	return pool, nil
+}
+
+// secretSource watches cluster Secrets in the cluster fleetgraph runs in.
+func (f *serveFlags) secretSource(m *connection.Manager) (*connection.SecretSource, error) {
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("--cluster-secrets-namespace needs to run in a cluster: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("in-cluster client: %w", err)
+	}
+	return &connection.SecretSource{Client: client, Namespace: f.secretNamespace, Selector: f.secretSelector, Manager: m}, nil
 }
