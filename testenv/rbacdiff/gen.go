@@ -3,6 +3,7 @@ package rbacdiff
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -395,20 +396,7 @@ func (g *Gen) fromRule(r *rbacv1.PolicyRule, u user.Info) authz.Attributes {
 	if a.APIGroup == "*" {
 		a.APIGroup = g.pick(g.v.apiGroups)
 	}
-	res := one(r.Resources, g.v.reqRes)
-	for i := range len(res) {
-		if res[i] == '/' {
-			res, a.Subresource = res[:i], res[i+1:]
-			break
-		}
-	}
-	if res == "*" {
-		res = g.pick(g.v.reqRes)
-	}
-	if a.Subresource == "*" {
-		a.Subresource = g.pick(g.v.subres)
-	}
-	a.Resource = res
+	a.Resource, a.Subresource = g.resource(one(r.Resources, g.v.reqRes), false)
 	if len(r.ResourceNames) > 0 {
 		a.Name = r.ResourceNames[g.C.Intn(len(r.ResourceNames))]
 	} else {
@@ -444,27 +432,27 @@ func (g *Gen) Request(p *Policy, u user.Info) authz.Attributes {
 		return a
 	}
 	a.APIGroup = choose(ruleField(from, func(r *rbacv1.PolicyRule) []string { return r.APIGroups }), g.v.apiGroups)
-	res := choose(ruleField(from, func(r *rbacv1.PolicyRule) []string { return r.Resources }), g.v.reqRes)
-	// A rule's "resource/sub" becomes a request on resource with sub.
-	for i := range len(res) {
-		if res[i] == '/' {
-			res, a.Subresource = res[:i], res[i+1:]
-			break
-		}
-	}
-	if res == "*" {
-		res = g.pick(g.v.reqRes)
-	}
-	if a.Subresource == "*" || a.Subresource == "" {
-		a.Subresource = g.pick(g.v.subres)
-	}
-	a.Resource = res
+	a.Resource, a.Subresource = g.resource(choose(ruleField(from, func(r *rbacv1.PolicyRule) []string { return r.Resources }), g.v.reqRes), true)
 	a.Name = choose(ruleField(from, func(r *rbacv1.PolicyRule) []string { return r.ResourceNames }), g.v.names)
 	a.Namespace = g.pick(g.v.requestNamespaces)
 	if a.Resource == "namespaces" && a.Name != "" && g.C.Intn(2) == 0 {
 		a.Namespace = a.Name // what the apiserver sets for namespaces/<name>
 	}
 	return a
+}
+
+// resource turns a rule's resource entry into a request's resource and
+// subresource: "pods/log" is pods with log, a wildcard part becomes a
+// random value, and anySub also randomizes a missing subresource.
+func (g *Gen) resource(entry string, anySub bool) (string, string) {
+	res, sub, _ := strings.Cut(entry, "/")
+	if res == "*" {
+		res = g.pick(g.v.reqRes)
+	}
+	if sub == "*" || (anySub && sub == "") {
+		sub = g.pick(g.v.subres)
+	}
+	return res, sub
 }
 
 func ruleField(r *rbacv1.PolicyRule, f func(*rbacv1.PolicyRule) []string) []string {
