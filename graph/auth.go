@@ -65,10 +65,14 @@ func isWebsocket(ctx context.Context) bool {
 
 // operation is per-operation state: the viewer's access set, computed at
 // most once per operation and never shared between operations, so that an
-// RBAC change applies to the next query on a long-lived websocket.
+// RBAC change applies to the next query on a long-lived websocket; and the
+// error a subscription's pump ended with (see endWith).
 type operation struct {
 	once   sync.Once
 	access *index.Access
+
+	mu     sync.Mutex
+	endErr error
 }
 
 func withOperation(ctx context.Context) context.Context {

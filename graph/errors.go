@@ -158,7 +158,8 @@ func writeHTTPError(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	b, err := json.Marshal(graphql.Response{Errors: gqlerror.List{{Message: msg, Extensions: map[string]any{"code": code}}}})
+	// No "data" entry: nothing executed.
+	b, err := json.Marshal(map[string]any{"errors": gqlerror.List{{Message: msg, Extensions: map[string]any{"code": code}}}})
 	if err != nil {
 		return
 	}

@@ -185,11 +185,17 @@ type fixture struct {
 // adjusted by opt before the handler is built.
 func newFixture(t testing.TB, opt ...func(*Options)) *fixture {
 	t.Helper()
-	store := index.New()
+	return newFixtureWith(t, seededStore(t), opt...)
+}
+
+// seededStore returns a store holding the test fleet.
+func seededStore(t testing.TB, opts ...index.Option) *index.Store {
+	t.Helper()
+	store := index.New(opts...)
 	seedCluster(t, store, "east", index.StateConnected, true)
 	seedCluster(t, store, "west", index.StateConnected, true)
 	seedCluster(t, store, "north", index.StateDisconnected, false)
-	return newFixtureWith(t, store, opt...)
+	return store
 }
 
 // newFixtureWith starts the API over store.
@@ -300,8 +306,28 @@ func (f *fixture) wsURL() string { return "ws" + strings.TrimPrefix(f.srv.URL, "
 // wsClient is a minimal client of graphql-transport-ws (or graphql-ws)
 // for tests that need to see the protocol itself.
 type wsClient struct {
-	t testing.TB
-	c *websocket.Conn
+	t       testing.TB
+	c       *websocket.Conn
+	pending []wsMessage // read while waiting for another operation id
+}
+
+// readFor returns the next message of operation id, keeping messages of
+// other operations for later.
+func (c *wsClient) readFor(id string) wsMessage {
+	c.t.Helper()
+	for i, m := range c.pending {
+		if m.ID == id {
+			c.pending = append(c.pending[:i], c.pending[i+1:]...)
+			return m
+		}
+	}
+	for {
+		m := c.read()
+		if m.ID == id {
+			return m
+		}
+		c.pending = append(c.pending, m)
+	}
 }
 
 type wsMessage struct {
@@ -427,4 +453,38 @@ func asCloseError(err error, ce *websocket.CloseError) bool {
 // testLogger logs warnings and errors into the test's output.
 func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// get fetches a path and returns the body, failing on a non-200 answer.
+func (f *fixture) get(path string) string {
+	f.t.Helper()
+	resp, err := http.Get(f.srv.URL + path)
+	must(f.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	must(f.t, err)
+	if resp.StatusCode != http.StatusOK {
+		f.t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
+	}
+	return string(b)
+}
+
+// waitSubscribers waits until the subscription fan-out has exactly n
+// subscribers, so a test knows its subscriptions are registered before it
+// makes changes.
+func (f *fixture) waitSubscribers(n int) {
+	f.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		f.h.hub.mu.Lock()
+		got := len(f.h.hub.subs)
+		f.h.hub.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("fan-out has %d subscribers, want %d", got, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

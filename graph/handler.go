@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"mime"
 	"net/http"
 	"sync"
 	"time"
@@ -85,6 +87,7 @@ func NewHandler(opts Options) (*Handler, error) {
 	}
 	srv.Use(&operationLimits{maxDepth: opts.Limits.MaxDepth, maxAliases: opts.Limits.MaxAliases, maxComplexity: opts.Limits.MaxComplexity})
 	srv.Use(operationMetrics{m: m})
+	srv.Use(subscriptionEnd{})
 	srv.AroundOperations(func(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
 		return next(withOperation(ctx))
 	})
@@ -112,9 +115,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // endpoint serves /graphql: websocket upgrades (origin check, then the
 // token in connection_init) and POST (bearer token, body cap).
 func (h *Handler) endpoint(srv *handler.Server) http.Handler {
-	post := h.requireAuth(h.limitBody(srv))
+	post := h.requireAuth(h.limitBody(specStatus(srv)))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isUpgradeRequest(r) {
+			if h.isClosed() {
+				writeHTTPError(w, http.StatusServiceUnavailable, CodeShuttingDown, "server is shutting down")
+				return
+			}
 			if r.Method != http.MethodGet {
 				h.metrics.rejected("method")
 				writeHTTPError(w, http.StatusMethodNotAllowed, CodeBadRequest, "websocket upgrades use GET")
@@ -151,6 +158,10 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte("ok\n"))
 }
 
+// closeGrace bounds how long Close waits for the final messages of ended
+// operations before closing their websockets.
+const closeGrace = time.Second
+
 // Close ends every subscription (with SHUTTING_DOWN) and closes every
 // websocket with 1001, then waits for the sockets to close, at most until
 // ctx ends. Later websocket upgrades are refused. Plain HTTP requests are
@@ -163,7 +174,17 @@ func (h *Handler) Close(ctx context.Context) error {
 		conns = append(conns, c)
 	}
 	h.connMu.Unlock()
-	h.hub.close()
+	select {
+	case <-h.hub.close():
+	case <-ctx.Done():
+		return fmt.Errorf("graph: waiting for subscriptions to end: %w", ctx.Err())
+	}
+	// Let the operations' final messages out before the close frames.
+	quiet, cancel := context.WithTimeout(ctx, closeGrace)
+	defer cancel()
+	for _, c := range conns {
+		c.waitQuiet(quiet)
+	}
 	for _, c := range conns {
 		_ = c.WriteClose(closeGoingAway, "server shutting down")
 	}
@@ -175,6 +196,12 @@ func (h *Handler) Close(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+func (h *Handler) isClosed() bool {
+	h.connMu.Lock()
+	defer h.connMu.Unlock()
+	return h.closed
 }
 
 // track registers an open websocket; it fails once Close has begun.
@@ -226,3 +253,71 @@ func (u *upgradeWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController and coder/websocket find the
 // hijacker.
 func (u *upgradeWriter) Unwrap() http.ResponseWriter { return u.ResponseWriter }
+
+// specStatus adjusts gqlgen's answers to documents that cannot run (parse,
+// validation, limit and variable errors) to the GraphQL over HTTP spec,
+// which gqlgen does not quite follow:
+//
+//   - with Content-Type application/json the status is 200, not gqlgen's
+//     422, since legacy clients only read bodies of 200 answers;
+//   - with application/graphql-response+json the status stays 4xx and the
+//     body has no "data" entry, as no execution happened.
+//
+// Bodies of successful answers pass through untouched.
+func specStatus(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(&specWriter{ResponseWriter: w}, r)
+	})
+}
+
+type specWriter struct {
+	http.ResponseWriter
+	status  int
+	written bool
+}
+
+func (s *specWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+}
+
+func (s *specWriter) Write(b []byte) (int, error) {
+	if !s.written {
+		s.written = true
+		if s.status == 0 {
+			s.status = http.StatusOK
+		}
+		mediaType, _, _ := mime.ParseMediaType(s.Header().Get("Content-Type"))
+		switch {
+		case s.status == http.StatusUnprocessableEntity && mediaType == "application/json":
+			s.status = http.StatusOK
+		case s.status >= 400 && mediaType == "application/graphql-response+json":
+			if trimmed, ok := withoutNullData(b); ok {
+				n := len(b)
+				s.ResponseWriter.WriteHeader(s.status)
+				_, err := s.ResponseWriter.Write(trimmed)
+				return n, err
+			}
+		}
+		s.ResponseWriter.WriteHeader(s.status)
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the real writer.
+func (s *specWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// withoutNullData removes a null "data" entry from a JSON response body.
+func withoutNullData(b []byte) ([]byte, bool) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, false
+	}
+	if d, ok := m["data"]; !ok || string(d) != "null" {
+		return nil, false
+	}
+	delete(m, "data")
+	out, err := json.Marshal(m)
+	return out, err == nil
+}

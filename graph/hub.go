@@ -21,9 +21,14 @@ import (
 //   - One goroutine (run) reads the feed through a single
 //     index.Subscription and routes each event by appending it to the
 //     inboxes of interested subscribers (subscriber.push). It never waits
-//     for a subscriber: a full inbox marks the subscriber overflowed, and
-//     its pump ends the subscription with SLOW_CONSUMER (the slow-client
-//     policy). Publishing in the index never waits for the hub either.
+//     for a subscriber. The slow-client policy: a full inbox marks the
+//     subscriber lagging; its pump then reads the index's replay ring at
+//     its own pace (catchUp) and rejoins; only a subscriber that falls out
+//     of the ring (index.DefaultReplayBuffer events behind) is ended, with
+//     SLOW_CONSUMER, and its missed events are counted as dropped. A
+//     client that stops reading altogether is disconnected by the
+//     websocket write timeout. Publishing in the index never waits for
+//     the hub either.
 //   - Each subscription has one pump goroutine (subscriptions.go) that owns
 //     its output channel: it drains the inbox, applies the viewer's
 //     visibility, sends, and closes the channel when it ends.
@@ -40,6 +45,7 @@ type hub struct {
 
 	mu      sync.Mutex
 	closed  bool
+	drained chan struct{} // closed once closed and every subscriber has left
 	running bool
 	gen     uint64
 	stop    context.CancelFunc
@@ -101,21 +107,24 @@ type interest struct {
 // subscriber is one subscription as the hub sees it.
 type subscriber struct {
 	kind   subKind
-	limit  int           // inbox bound (objectChanges, clusterConnection)
+	limit  int           // inbox bound before catching up from the ring
 	notify chan struct{} // capacity 1: "the inbox changed"
 
 	// Routing state, guarded by hub.mu.
-	from      uint64              // deliver only events after this sequence number
+	from      uint64              // route only events after this sequence number
 	admin     bool                // sees everything: stays in the firehose
 	interests map[string]interest // current routes by cluster
 	policySeq map[string]uint64   // last policy event routed, by cluster
 
-	mu       sync.Mutex // guards the fields below
-	inbox    []*index.Event
-	dirty    bool  // fleet: something changed since the last status
-	overflow bool  // the inbox hit limit
-	dropped  int   // events discarded by overflow
-	endErr   error // set when the hub ends the subscription
+	mu      sync.Mutex // guards the fields below
+	inbox   []*index.Event
+	dirty   bool  // fleet: something changed since the last status
+	lagging bool  // the inbox hit limit; the pump catches up from the ring
+	endErr  error // set when the hub ends the subscription
+
+	// last is the sequence number of the last event handed to the pump's
+	// handler. Only the pump goroutine uses it.
+	last uint64
 }
 
 func newSubscriber(kind subKind, limit int, admin bool) *subscriber {
@@ -123,23 +132,24 @@ func newSubscriber(kind subKind, limit int, admin bool) *subscriber {
 }
 
 // push queues an event without blocking. It runs on the hub goroutine
-// under hub.mu.
-func (s *subscriber) push(ev *index.Event, m *metrics) {
+// under hub.mu. A subscriber whose inbox is full is marked lagging and gets
+// no more events until its pump has caught up from the index's replay ring
+// (see drain): bursts such as a cluster's full resync never end a
+// subscription, and the hub never waits.
+func (s *subscriber) push(ev *index.Event) {
 	if ev.Seq <= s.from {
 		return
 	}
 	s.mu.Lock()
 	switch {
-	case s.overflow || s.endErr != nil:
-		s.dropped++
-		m.dropped(s.kind, 1)
+	case s.lagging || s.endErr != nil:
+		s.mu.Unlock()
+		return
 	case s.kind == subFleet:
 		// The fleet status is a level, not a stream: coalesce.
 		s.dirty = true
 	case len(s.inbox) >= s.limit:
-		s.overflow = true
-		s.dropped += len(s.inbox) + 1
-		m.dropped(s.kind, len(s.inbox)+1)
+		s.lagging = true
 		s.inbox = nil
 	default:
 		s.inbox = append(s.inbox, ev)
@@ -152,40 +162,101 @@ func (s *subscriber) push(ev *index.Event, m *metrics) {
 }
 
 // take swaps out the inbox, reusing spare as the next one. It reports the
-// fleet dirty flag, whether the inbox overflowed, and the error the hub
-// ended the subscription with.
-func (s *subscriber) take(spare []*index.Event) (batch []*index.Event, dirty, overflow bool, endErr error) {
+// fleet dirty flag, whether the subscriber is lagging, and the error the
+// hub ended the subscription with.
+func (s *subscriber) take(spare []*index.Event) (batch []*index.Event, dirty, lagging bool, endErr error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	batch, s.inbox = s.inbox, spare[:0]
 	dirty, s.dirty = s.dirty, false
-	return batch, dirty, s.overflow, s.endErr
+	return batch, dirty, s.lagging, s.endErr
 }
 
-// drain is the loop of a pump: it waits for routed events and passes each
-// to fn, in order. It returns when ctx ends or fn returns false (false,
-// nil), when the hub ended the subscription (its error), or when the inbox
-// overflowed (true, nil).
-func (s *subscriber) drain(ctx context.Context, fn func(*index.Event) bool) (overflow bool, endErr error) {
+// drain is the loop of a pump: it hands routed events to fn in order,
+// catching up from the index's replay ring whenever the subscriber lagged.
+// It returns nil when ctx ends or fn returns false, the hub's error when
+// the hub ended the subscription, and a SLOW_CONSUMER error when the
+// subscriber fell out of the replay ring.
+func (h *hub) drain(ctx context.Context, s *subscriber, fn func(*index.Event) bool) error {
 	var spare []*index.Event
 	for {
 		select {
 		case <-ctx.Done():
-			return false, nil
+			return nil
 		case <-s.notify:
 		}
-		batch, _, overflow, endErr := s.take(spare)
+		batch, _, lagging, endErr := s.take(spare)
 		for _, ev := range batch {
+			s.last = ev.Seq
 			if !fn(ev) {
-				return false, nil
+				return nil
 			}
 		}
 		clear(batch)
 		spare = batch
-		if endErr != nil || overflow {
-			return overflow, endErr
+		if endErr != nil {
+			return endErr
+		}
+		if lagging {
+			h.m.caughtUp(s.kind)
+			if err := h.catchUp(ctx, s, s.last, h.rejoin(s), fn); err != nil {
+				if errors.Is(err, index.ErrResyncRequired) {
+					h.m.dropped(s.kind, int(h.store.LastSeq()-s.last))
+					return newError(CodeSlowConsumer, err, "the client fell too far behind the change feed; query again and resubscribe with the answer's changesCursor")
+				}
+				return err
+			}
 		}
 	}
+}
+
+// rejoin ends a lagging spell: from now on the hub routes the events after
+// its current position, which it returns; the pump replays the rest.
+func (h *hub) rejoin(s *subscriber) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lagging = false
+	s.inbox = s.inbox[:0]
+	s.from = max(s.from, h.pos)
+	return s.from
+}
+
+// catchUp hands fn the events in (after, until] straight from the index's
+// replay ring, all of them, in order; fn applies the subscriber's own
+// filter. It returns index.ErrResyncRequired (wrapped) when the ring no
+// longer holds them, and nil when ctx ends or fn returns false.
+func (h *hub) catchUp(ctx context.Context, s *subscriber, after, until uint64, fn func(*index.Event) bool) error {
+	if after >= until {
+		return nil
+	}
+	sub, err := h.store.Subscribe(after)
+	if err != nil {
+		return fmt.Errorf("graph: catching up from %d: %w", after, err)
+	}
+	defer sub.Close()
+	buf := make([]*index.Event, 0, 256)
+	for sub.Position() < until {
+		evs, err := sub.Next(ctx, buf[:0])
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("graph: catching up from %d: %w", after, err)
+		}
+		for _, ev := range evs {
+			if ev.Seq > until {
+				break
+			}
+			s.last = ev.Seq
+			if !fn(ev) {
+				return nil
+			}
+		}
+		clear(evs)
+	}
+	return nil
 }
 
 // end makes the subscription's pump stop with err.
@@ -266,6 +337,18 @@ func (h *hub) unregister(s *subscriber) {
 	if len(h.subs) == 0 && h.running {
 		h.running = false
 		h.stop()
+	}
+	if len(h.subs) == 0 && h.closed {
+		closeOnce(h.drained)
+	}
+}
+
+// closeOnce closes ch unless it is closed already.
+func closeOnce(ch chan struct{}) {
+	select {
+	case <-ch:
+	default:
+		close(ch)
 	}
 }
 
@@ -407,18 +490,18 @@ func (h *hub) routeEventLocked(ev *index.Event) {
 	switch ev.Type {
 	case index.EventAdded, index.EventModified, index.EventDeleted:
 		for s := range h.firehose {
-			s.push(ev, h.m)
+			s.push(ev)
 		}
 		r := h.routes[ev.Cluster]
 		if r == nil {
 			return
 		}
 		for s := range r.whole {
-			s.push(ev, h.m)
+			s.push(ev)
 		}
 		if len(r.byNS) > 0 {
 			for s := range r.byNS[ev.Object().Namespace] {
-				s.push(ev, h.m)
+				s.push(ev)
 			}
 		}
 	case index.EventPolicy:
@@ -436,16 +519,16 @@ func (h *hub) routeEventLocked(ev *index.Event) {
 			if _, ok := h.firehose[s]; !ok {
 				h.routeLocked(s, ev.Cluster, interest{whole: true})
 			}
-			s.push(ev, h.m)
+			s.push(ev)
 		}
 		for s := range h.watchers {
 			if s.kind == subFleet {
-				s.push(ev, h.m)
+				s.push(ev)
 			}
 		}
 	case index.EventCluster, index.EventClusterRemoved:
 		for s := range h.watchers {
-			s.push(ev, h.m)
+			s.push(ev)
 		}
 	}
 }
@@ -465,10 +548,19 @@ func (h *hub) abort(gen uint64, err error) {
 }
 
 // close ends every subscription and waits for run to return. Later
-// registrations fail with SHUTTING_DOWN.
-func (h *hub) close() {
+// registrations fail with SHUTTING_DOWN. The returned channel is closed
+// once every pump has closed its channel and left, after which the
+// websockets may be closed without cutting off the pumps' final errors.
+func (h *hub) close() <-chan struct{} {
 	h.mu.Lock()
 	h.closed = true
+	if h.drained == nil {
+		h.drained = make(chan struct{})
+	}
+	if len(h.subs) == 0 {
+		closeOnce(h.drained)
+	}
+	drained := h.drained
 	var done chan struct{}
 	if h.running {
 		h.running = false
@@ -482,7 +574,5 @@ func (h *hub) close() {
 	if done != nil {
 		<-done
 	}
+	return drained
 }
-
-// isHubClosed reports whether err is the shutdown error.
-func isHubClosed(err error) bool { return errors.Is(err, errHubClosed) }

@@ -24,6 +24,7 @@ type metrics struct {
 	ended         *prometheus.CounterVec
 	deliveredC    map[subKind]prometheus.Counter
 	droppedC      map[subKind]prometheus.Counter
+	catchUpC      map[subKind]prometheus.Counter
 	fanout        prometheus.Gauge
 	authFailures  *prometheus.CounterVec
 	httpRejected  *prometheus.CounterVec
@@ -72,6 +73,7 @@ func newMetrics(reg prometheus.Registerer, store *index.Store) (*metrics, error)
 		}),
 		deliveredC: map[subKind]prometheus.Counter{},
 		droppedC:   map[subKind]prometheus.Counter{},
+		catchUpC:   map[subKind]prometheus.Counter{},
 	}
 	delivered := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: "graphql", Name: "subscription_events_total",
@@ -79,15 +81,20 @@ func newMetrics(reg prometheus.Registerer, store *index.Store) (*metrics, error)
 	}, []string{"subscription"})
 	dropped := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: "graphql", Name: "subscription_events_dropped_total",
-		Help: "Events discarded for subscriptions that fell behind (which then end with SLOW_CONSUMER), by field.",
+		Help: "Change events never delivered because their subscription fell out of the replay ring and was ended with SLOW_CONSUMER, by field.",
+	}, []string{"subscription"})
+	catchUps := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: "graphql", Name: "subscription_catchups_total",
+		Help: "Times a subscription's queue filled and it caught up from the change feed's replay ring instead, by field.",
 	}, []string{"subscription"})
 	for _, k := range []subKind{subObjects, subClusters, subFleet} {
 		m.deliveredC[k] = delivered.WithLabelValues(k.String())
 		m.droppedC[k] = dropped.WithLabelValues(k.String())
+		m.catchUpC[k] = catchUps.WithLabelValues(k.String())
 		m.active.WithLabelValues(k.String())
 	}
 	for _, c := range []prometheus.Collector{
-		m.operations, m.latency, m.active, m.started, m.ended, delivered, dropped, m.fanout,
+		m.operations, m.latency, m.active, m.started, m.ended, delivered, dropped, catchUps, m.fanout,
 		m.authFailures, m.httpRejected, m.wsConnections, &clusterCollector{store: store, desc: clusterStateDesc()},
 	} {
 		if err := reg.Register(c); err != nil {
@@ -109,6 +116,7 @@ func (m *metrics) subscriptionEnded(k subKind, reason string) {
 
 func (m *metrics) delivered(k subKind)       { m.deliveredC[k].Inc() }
 func (m *metrics) dropped(k subKind, n int)  { m.droppedC[k].Add(float64(n)) }
+func (m *metrics) caughtUp(k subKind)        { m.catchUpC[k].Inc() }
 func (m *metrics) subscribers(n int)         { m.fanout.Set(float64(n)) }
 func (m *metrics) rejected(reason string)    { m.httpRejected.WithLabelValues(reason).Inc() }
 func (m *metrics) wsConnected(delta float64) { m.wsConnections.Add(delta) }

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 
 	"github.com/fleetgraph/fleetgraph/graph/model"
@@ -27,12 +28,50 @@ func errNeedsWebsocket() error {
 	return newError(CodeBadRequest, nil, "subscriptions need a websocket (graphql-transport-ws or graphql-ws) on /graphql")
 }
 
-// endWith reports err to the client as the subscription's final error
-// message, after which gqlgen sends no complete.
+// endWith records err as the subscription's final error. The pump calls it
+// just before closing its channel; subscriptionEnd hands it to gqlgen when
+// gqlgen sees the channel closed, on gqlgen's own goroutine, so the error
+// is never written while gqlgen reads it.
 func endWith(ctx context.Context, err error) {
-	if isWebsocket(ctx) {
-		transport.AddSubscriptionError(ctx, gqlError(err))
+	if op, ok := ctx.Value(operationKey{}).(*operation); ok {
+		op.mu.Lock()
+		op.endErr = err
+		op.mu.Unlock()
 	}
+}
+
+// subscriptionEnd is a gqlgen response interceptor that turns a pump's
+// final error into the subscription's error message (instead of
+// complete). It runs on the goroutine that sends the subscription's
+// responses, which is also the one that reads the errors afterwards.
+type subscriptionEnd struct{}
+
+var _ interface {
+	graphql.HandlerExtension
+	graphql.ResponseInterceptor
+} = subscriptionEnd{}
+
+// ExtensionName implements graphql.HandlerExtension.
+func (subscriptionEnd) ExtensionName() string { return "fleetgraph.SubscriptionEnd" }
+
+// Validate implements graphql.HandlerExtension.
+func (subscriptionEnd) Validate(graphql.ExecutableSchema) error { return nil }
+
+// InterceptResponse implements graphql.ResponseInterceptor.
+func (subscriptionEnd) InterceptResponse(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
+	resp := next(ctx)
+	if resp != nil || !isWebsocket(ctx) {
+		return resp
+	}
+	if op, ok := ctx.Value(operationKey{}).(*operation); ok {
+		op.mu.Lock()
+		err := op.endErr
+		op.mu.Unlock()
+		if err != nil {
+			transport.AddSubscriptionError(ctx, gqlError(err))
+		}
+	}
+	return nil
 }
 
 // objectChanges answers Subscription.objectChanges.
@@ -64,7 +103,7 @@ func (s *service) objectChanges(ctx context.Context, filter *model.ObjectFilter,
 	if err != nil {
 		return nil, err
 	}
-	p := &objectsPump{s: s, v: v, sub: sub, filter: f, out: make(chan *model.ObjectChangeEvent), last: start}
+	p := &objectsPump{s: s, v: v, sub: sub, filter: f, out: make(chan *model.ObjectChangeEvent)}
 	s.metrics.subscriptionStarted(subObjects)
 	go p.run(ctx, start, from)
 	return p.out, nil
@@ -80,15 +119,14 @@ type objectsPump struct {
 
 	access  *index.Access
 	matcher *index.Matcher
-	last    uint64 // sequence number of the last event handled
 }
 
 // run is the pump goroutine; it owns and closes p.out.
 func (p *objectsPump) run(ctx context.Context, after, from uint64) {
 	reason := "completed"
 	defer func() {
-		p.s.hub.unregister(p.sub)
 		close(p.out)
+		p.s.hub.unregister(p.sub)
 		p.s.metrics.subscriptionEnded(subObjects, reason)
 	}()
 	if err := p.resetAccess(); err != nil {
@@ -97,51 +135,19 @@ func (p *objectsPump) run(ctx context.Context, after, from uint64) {
 		return
 	}
 	p.s.hub.setInterests(p.sub, p.interests(), from)
-	if from > after {
-		// The hub routes events after from; the ones in between come
-		// straight from the index's replay buffer.
-		if err := p.replay(ctx, after, from); err != nil {
-			reason = endReason(err)
-			endWith(ctx, err)
-			return
-		}
+	handle := func(ev *index.Event) bool { return p.handle(ctx, ev) }
+	p.sub.last = after
+	// The hub routes the events after from; the ones in between come
+	// straight from the index's replay ring.
+	if err := p.s.hub.catchUp(ctx, p.sub, after, from, handle); err != nil {
+		reason = "resync"
+		endWith(ctx, resyncError(err))
+		return
 	}
-	overflow, endErr := p.sub.drain(ctx, func(ev *index.Event) bool { return p.handle(ctx, ev) })
-	switch {
-	case endErr != nil:
-		reason = endReason(endErr)
-		endWith(ctx, endErr)
-	case overflow:
-		reason = "slow_consumer"
-		endWith(ctx, newError(CodeSlowConsumer, nil,
-			"the client read events more slowly than they came; resubscribe with after: extensions.cursor").
-			with("cursor", p.s.encodeChangeCursor(p.last)))
+	if err := p.s.hub.drain(ctx, p.sub, handle); err != nil {
+		reason = endReason(err)
+		endWith(ctx, err)
 	}
-}
-
-// replay handles the events in (after, until] from the index.
-func (p *objectsPump) replay(ctx context.Context, after, until uint64) error {
-	isub, err := p.s.store.Subscribe(after)
-	if err != nil {
-		return resyncError(err)
-	}
-	defer isub.Close()
-	buf := make([]*index.Event, 0, 256)
-	for isub.Position() < until {
-		evs, err := isub.Next(ctx, buf[:0])
-		if err != nil {
-			return resyncError(err)
-		}
-		for _, ev := range evs {
-			if ev.Seq > until {
-				break
-			}
-			if !p.handle(ctx, ev) {
-				return ctx.Err()
-			}
-		}
-	}
-	return nil
 }
 
 // resyncError maps a change feed position that is gone.
@@ -155,7 +161,6 @@ func resyncError(err error) error {
 // handle delivers one event if the viewer sees it through the filter, or
 // re-evaluates access on a policy event. It returns false when ctx ended.
 func (p *objectsPump) handle(ctx context.Context, ev *index.Event) bool {
-	p.last = ev.Seq
 	if ev.Type == index.EventPolicy {
 		p.policyChanged(ev)
 		return true
@@ -275,6 +280,8 @@ func endReason(err error) string {
 			return "shutdown"
 		case CodeResyncRequired:
 			return "resync"
+		case CodeSlowConsumer:
+			return "slow_consumer"
 		}
 	}
 	if errors.Is(err, context.Canceled) {
@@ -295,9 +302,11 @@ func (s *service) clusterConnection(ctx context.Context, clusters []string) (<-c
 		return nil, errNeedsWebsocket()
 	}
 	sub := newSubscriber(subClusters, s.subBuffer, v.admin)
-	if _, err := s.hub.register(sub, s.store.LastSeq()); err != nil {
+	from, err := s.hub.register(sub, s.store.LastSeq())
+	if err != nil {
 		return nil, err
 	}
+	sub.last = from
 	out := make(chan *model.ClusterConnectionEvent)
 	s.metrics.subscriptionStarted(subClusters)
 	go s.clusterPump(ctx, v, sub, clusters, out)
@@ -309,11 +318,11 @@ func (s *service) clusterConnection(ctx context.Context, clusters []string) (<-c
 func (s *service) clusterPump(ctx context.Context, v *viewer, sub *subscriber, only []string, out chan<- *model.ClusterConnectionEvent) {
 	reason := "completed"
 	defer func() {
-		s.hub.unregister(sub)
 		close(out)
+		s.hub.unregister(sub)
 		s.metrics.subscriptionEnded(subClusters, reason)
 	}()
-	overflow, endErr := sub.drain(ctx, func(ev *index.Event) bool {
+	err := s.hub.drain(ctx, sub, func(ev *index.Event) bool {
 		e := transition(ev)
 		if e == nil || (len(only) > 0 && !slices.Contains(only, e.Cluster)) || !s.clusterVisible(v, e.Cluster) {
 			return true
@@ -326,13 +335,9 @@ func (s *service) clusterPump(ctx context.Context, v *viewer, sub *subscriber, o
 			return false
 		}
 	})
-	switch {
-	case endErr != nil:
-		reason = endReason(endErr)
-		endWith(ctx, endErr)
-	case overflow:
-		reason = "slow_consumer"
-		endWith(ctx, newError(CodeSlowConsumer, nil, "the client read events more slowly than they came; query clusters and resubscribe"))
+	if err != nil {
+		reason = endReason(err)
+		endWith(ctx, err)
 	}
 }
 
@@ -383,8 +388,8 @@ func (s *service) fleetSubscription(ctx context.Context) (<-chan *model.FleetSta
 func (s *service) fleetPump(ctx context.Context, v *viewer, sub *subscriber, out chan<- *model.FleetStatus) {
 	reason := "completed"
 	defer func() {
-		s.hub.unregister(sub)
 		close(out)
+		s.hub.unregister(sub)
 		s.metrics.subscriptionEnded(subFleet, reason)
 	}()
 	var last *model.FleetStatus

@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql/handler/transport"
@@ -112,7 +113,9 @@ func (a wsAcceptor) Accept(w http.ResponseWriter, r *http.Request, _ transport.W
 		_ = c.Close(closeGoingAway, "server shutting down")
 		return nil, errors.New("graph: server shutting down")
 	}
+	wc.mu.Lock() // the timer may fire at once; its callback reads initTimer
 	wc.initTimer = time.AfterFunc(h.opts.Websocket.InitTimeout, wc.initExpired)
+	wc.mu.Unlock()
 	return wc, nil
 }
 
@@ -133,6 +136,7 @@ type wsConn struct {
 	initTimer   *time.Timer
 	deadline    *time.Timer
 	untrackOnce sync.Once
+	writing     atomic.Int32 // messages being written
 }
 
 var _ interface {
@@ -297,6 +301,8 @@ func (c *wsConn) WriteJSON(v any) error {
 // write sends one text message within the write timeout; coder closes the
 // connection when the timeout expires.
 func (c *wsConn) write(b []byte) error {
+	c.writing.Add(1)
+	defer c.writing.Add(-1)
 	ctx, cancel := context.WithTimeout(context.Background(), c.h.opts.Websocket.WriteTimeout)
 	defer cancel()
 	if err := c.c.Write(ctx, websocket.MessageText, b); err != nil {
@@ -366,6 +372,26 @@ func (c *wsConn) Close() error {
 		return fmt.Errorf("graph: closing websocket: %w", err)
 	}
 	return nil
+}
+
+// waitQuiet waits until no operation is in flight and nothing is being
+// written, so that a close frame cannot overtake the final messages of
+// operations that were just ended, or until ctx ends.
+func (c *wsConn) waitQuiet(ctx context.Context) {
+	const poll = 2 * time.Millisecond
+	for {
+		c.mu.Lock()
+		n := len(c.active)
+		c.mu.Unlock()
+		if n == 0 && c.writing.Load() == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(poll):
+		}
+	}
 }
 
 func (c *wsConn) untrack() { c.untrackOnce.Do(func() { c.h.untrack(c) }) }
