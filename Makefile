@@ -11,7 +11,13 @@ GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 # Tests find the control-plane binary here, whatever their working directory.
 export FLEETGRAPH_TESTENV := $(TESTENV)
 
-TESTENV_SRC := $(shell find testenv -name '*.go' -not -path '*/rbacdiff/*') testenv/go.mod testenv/go.sum
+# The Kubernetes version kube-testenv reports (k8s.io/kubernetes is built as a
+# library, so its version stamp has to be set here).
+KUBE_VERSION := v1.35.4
+TESTENV_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
+	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=35
+
+TESTENV_SRC := $(shell find testenv -name '*.go' -not -path '*/rbacdiff/*') testenv/go.mod testenv/go.sum Makefile
 
 .PHONY: all build test test-root test-testenv lint demo testenv crds \
 	bench-index bench-authz bench-collector bench-graph test-rbac-full clean
@@ -27,7 +33,7 @@ testenv: $(TESTENV)
 $(TESTENV): $(TESTENV_SRC)
 	@mkdir -p $(BIN)
 	@echo "building kube-testenv (k8s.io/kubernetes; about 6 minutes cold)..."
-	cd testenv && $(GO) build -o $(TESTENV) ./cmd/kube-testenv
+	cd testenv && $(GO) build -ldflags "$(TESTENV_LDFLAGS)" -o $(TESTENV) ./cmd/kube-testenv
 	@touch $(TESTENV)
 
 ## test: every test of every module, with the race detector

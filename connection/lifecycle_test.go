@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -393,8 +394,15 @@ func TestPartialDataWithoutFlux(t *testing.T) {
 	t.Parallel()
 	c := startClusters(t, testcluster.Options{Name: "noflux"})[0]
 	seeded(t, c, false, true, 2)
+	installIstiod(t, c)
 	h := newHarness(t, Options{}, specFor(c))
 	h.rec.waitFor(t, c.Name, index.StateConnected, 1, 60*time.Second)
+
+	row, _ := h.store.GetCluster(nil, c.Name)
+	if row.Metadata["istio.revisions"] != "canary" || row.Metadata["istio.versions"] != "1.31.1" ||
+		row.Metadata["istio.trustDomain"] != "example.org" || !strings.HasPrefix(row.Metadata["kubernetes.version"], "v1.35") {
+		t.Errorf("cluster metadata %v", row.Metadata)
+	}
 
 	errs := h.store.KindErrors(nil, c.Name)
 	flux := map[string]bool{}
@@ -412,6 +420,54 @@ func TestPartialDataWithoutFlux(t *testing.T) {
 	}
 	want := truth(t, c, h.store.Kinds(c.Name))
 	eventually(t, 5*time.Second, "sync", func() error { return diffKeys(want, rows(t, h.store, c.Name)) })
+}
+
+// installIstiod creates what an Istio control plane leaves in
+// istio-system: an istiod deployment of revision "canary" and its mesh
+// config.
+func installIstiod(t *testing.T, c *testcluster.Cluster) {
+	t.Helper()
+	ctx := t.Context()
+	kube := c.Client()
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "istio-system"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"app": "istiod", "istio.io/rev": "canary"}
+	if _, err := kube.AppsV1().Deployments("istio-system").Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "istiod-canary", Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "discovery", Image: "docker.io/istio/pilot:1.31.1"}}},
+			},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CoreV1().ConfigMaps("istio-system").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "istio-canary"},
+		Data:       map[string]string{"mesh": "trustDomain: example.org\nrootNamespace: istio-system\n"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHTTP2HealthCheckDetectsHalfOpen turns the probe loop off (a probe an
+// hour) so that only the HTTP/2 health check can notice a black hole: it
+// closes the silent connection, the watches on it fail, and their failure
+// triggers the probe that confirms the loss.
+func TestHTTP2HealthCheckDetectsHalfOpen(t *testing.T) {
+	t.Parallel()
+	c := startClusters(t, testcluster.Options{Name: "halfopen"})[0]
+	h := newHarness(t, Options{ProbeInterval: time.Hour, HTTP2ReadIdle: time.Second, HTTP2PingTimeout: time.Second}, specFor(c))
+	h.rec.waitFor(t, c.Name, index.StateConnected, 1, 60*time.Second)
+	began := time.Now()
+	c.Proxy.BlackHole()
+	at := h.rec.waitFor(t, c.Name, index.StateDisconnected, 1, 20*time.Second)
+	t.Logf("DISCONNECTED %s after the black hole, by HTTP/2 health check", at.Sub(began).Round(time.Millisecond))
+	c.Proxy.Restore()
+	h.rec.waitFor(t, c.Name, index.StateConnected, 2, 20*time.Second)
 }
 
 func TestBadSourcesDoNotStopOthers(t *testing.T) {
@@ -433,8 +489,16 @@ func TestBadSourcesDoNotStopOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, Options{}, specs...)
+	h := newHarness(t, Options{ExcludeNamespaces: []string{"kube-system"}}, specs...)
 	h.rec.waitFor(t, good.Name, index.StateConnected, 1, 60*time.Second)
+	for key := range rows(t, h.store, good.Name) {
+		if strings.Contains(key, "/kube-system/") || strings.HasSuffix(key, "/kube-system") {
+			t.Errorf("excluded namespace collected: %s", key)
+		}
+	}
+	if _, ok := h.store.Get(index.Key{Cluster: good.Name, Kind: "Namespace", Name: "default"}); !ok {
+		t.Error("namespace default missing")
+	}
 	h.rec.waitFor(t, "unreachable", index.StateDisconnected, 1, 20*time.Second)
 	h.rec.waitFor(t, "no-user", index.StateDisconnected, 1, 20*time.Second)
 	for name, want := range map[string]string{"unreachable": "connection refused", "no-user": `names user "nobody"`} {

@@ -96,7 +96,10 @@ func runCollector(ctx context.Context, args []string) error {
 	syncErr := waitSynced(ctx, sub, c.Name)
 	took := time.Since(start)
 
+	// Steady state: what the process keeps once the sync's transient
+	// buffers are garbage and returned to the OS.
 	runtime.GC()
+	debug.FreeOSMemory()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	rssAfter, rssErr := rssBytes()
