@@ -12,6 +12,13 @@ package index
 type strDict struct {
 	ids  map[string]uint32
 	strs []string
+	// last and lastID cache the last interned string: rows arrive grouped
+	// by cluster and namespace, so most interns are a string comparison
+	// instead of a hashed lookup. Only intern (under the write lock) uses
+	// them.
+	last    string
+	lastID  uint32
+	hasLast bool
 }
 
 func newStrDict() *strDict {
@@ -20,13 +27,17 @@ func newStrDict() *strDict {
 
 // intern returns the id of s, adding it when new.
 func (d *strDict) intern(s string) uint32 {
-	if id, ok := d.ids[s]; ok {
-		return id
+	if d.hasLast && s == d.last {
+		return d.lastID
 	}
-	id := uint32(len(d.strs))
-	s = cloneString(s)
-	d.strs = append(d.strs, s)
-	d.ids[s] = id
+	id, ok := d.ids[s]
+	if !ok {
+		id = uint32(len(d.strs))
+		s = cloneString(s)
+		d.strs = append(d.strs, s)
+		d.ids[s] = id
+	}
+	d.last, d.lastID, d.hasLast = d.strs[id], id, true
 	return id
 }
 
@@ -65,6 +76,7 @@ type kindInfo struct {
 // kindDict interns kindInfo values and (group, kind) ids.
 type kindDict struct {
 	infos map[Kind]*kindInfo
+	last  *kindInfo // the last interned kind: batches are mostly one kind
 	kids  map[groupKindName]uint32
 	// byKid and grOf are indexed by kid; grOf is the resource of the
 	// first version seen (a kind keeps its plural across versions).
@@ -89,7 +101,11 @@ func newKindDict() *kindDict {
 
 // intern returns the shared kindInfo for k.
 func (d *kindDict) intern(k Kind) *kindInfo {
+	if d.last != nil && d.last.Kind == k {
+		return d.last
+	}
 	if ki, ok := d.infos[k]; ok {
+		d.last = ki
 		return ki
 	}
 	k = Kind{
@@ -106,6 +122,7 @@ func (d *kindDict) intern(k Kind) *kindInfo {
 	}
 	ki := &kindInfo{Kind: k, kid: kid, gr: GroupResource{Group: k.Group, Resource: k.Resource}}
 	d.infos[k] = ki
+	d.last = ki
 	return ki
 }
 
@@ -120,6 +137,13 @@ type labelPair struct {
 // sorted pair ids (4 bytes per label) and the label index keeps one posting
 // list per pair and per key. Pairs are keyed by (key id, value id) so that
 // a pair costs about 24 bytes here whatever its strings.
+//
+// Interning a label takes three hashed lookups, and that is faster than
+// one: the key and value dictionaries are small and stay in cache, so the
+// cost is the one lookup in the large pair map. Measured on the 1M-object
+// fleet (5.5M labels, 1.7M distinct pairs), one lookup of the "key\x00value"
+// text took 700–760 ns per label against 360–450 ns, because comparing
+// the text loads a string that is never in cache.
 type labelDict struct {
 	keys    *strDict
 	values  *strDict
@@ -161,3 +185,50 @@ func (d *labelDict) lookup(key, value string) (uint32, bool) {
 // key and value return the strings of a pair.
 func (d *labelDict) key(pid uint32) string   { return d.keys.str(d.pairs[pid].kid) }
 func (d *labelDict) value(pid uint32) string { return d.values.str(d.pairs[pid].vid) }
+
+// msgDict interns status messages with reference counts. Messages repeat a
+// lot across objects ("Back-off restarting failed container", "Applied
+// revision: main@sha1:..."), so rows share one copy of each, and a message
+// is dropped when its last row goes. Rows hold the string itself, not an
+// id, so a row that outlives its count (in a change event) still reads
+// correctly. Unlike unique.Make this costs one map lookup and no weak
+// pointers, which the garbage collector has to process.
+type msgDict struct {
+	m map[string]*msgRef
+}
+
+type msgRef struct {
+	s string
+	n int
+}
+
+func newMsgDict() *msgDict { return &msgDict{m: map[string]*msgRef{}} }
+
+// intern returns the shared copy of s and counts one more user.
+func (d *msgDict) intern(s string) string {
+	if s == "" {
+		return ""
+	}
+	if e, ok := d.m[s]; ok {
+		e.n++
+		return e.s
+	}
+	e := &msgRef{s: cloneString(s), n: 1}
+	d.m[e.s] = e
+	return e.s
+}
+
+// release drops one user of s, a string intern returned.
+func (d *msgDict) release(s string) {
+	if s == "" {
+		return
+	}
+	if e, ok := d.m[s]; ok {
+		if e.n--; e.n == 0 {
+			delete(d.m, s)
+		}
+	}
+}
+
+// len returns the number of distinct messages in use.
+func (d *msgDict) len() int { return len(d.m) }

@@ -2,6 +2,7 @@ package index_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 
@@ -21,17 +22,29 @@ var benchStore = sync.OnceValue(func() *index.Store {
 	return s
 })
 
+// BenchmarkIngest loads a 100k-object fleet in 1,000-row UpsertBatch
+// calls into an empty Store. The rows are generated before the clock
+// starts, so it measures the index only.
 func BenchmarkIngest(b *testing.B) {
-	f := indextest.Fleet{Clusters: 1, Namespaces: 1000, PerNamespace: 10, Seed: 1}
+	f := indextest.Fleet{Clusters: 10, Namespaces: 1000, PerNamespace: 10, Seed: 1}
+	var batches [][]index.Object
+	if err := f.Each(1000, func(rows []index.Object) error {
+		batches = append(batches, slices.Clone(rows))
+		return nil
+	}); err != nil {
+		b.Fatal(err)
+	}
 	b.ReportAllocs()
 	for b.Loop() {
 		s := index.New()
-		if err := f.Each(1000, func(rows []index.Object) error { return s.UpsertBatch(context.Background(), rows) }); err != nil {
-			b.Fatal(err)
+		for _, rows := range batches {
+			if err := s.UpsertBatch(context.Background(), rows); err != nil {
+				b.Fatal(err)
+			}
 		}
 		benchSink = s
 	}
-	b.ReportMetric(float64(f.Size()*b.N)/b.Elapsed().Seconds(), "rows/s")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(f.Size()*b.N), "ns/row")
 }
 
 func BenchmarkFacetsFleet(b *testing.B) {

@@ -112,14 +112,15 @@ func (s *Store) Delete(ctx context.Context, key Key) error {
 
 // upsertObject writes o unless the stored row has the same content.
 func (w *writeTxn) upsertObject(o *Object) {
-	w.putObject(o, w.s.x.get(objectKey(o.Key())))
+	key := objectKey(o.Key())
+	w.putObject(o, key, w.s.x.get(key))
 }
 
-// putObject writes o over old (nil when the key is not stored) unless both
-// have the same content.
-func (w *writeTxn) putObject(o *Object, old *objRow) {
+// putObject writes o, whose objectKey is key, over old (nil when the key
+// is not stored) unless both have the same content.
+func (w *writeTxn) putObject(o *Object, key string, old *objRow) {
 	x := w.s.x
-	r := x.buildRow(o)
+	r := x.buildRow(o, key)
 	if old != nil && old.sameContent(r) {
 		return
 	}
@@ -127,10 +128,10 @@ func (w *writeTxn) putObject(o *Object, old *objRow) {
 	cluster := x.clusters.str(r.cid)
 	if old == nil {
 		x.insert(r)
-		w.emit(&Event{Type: EventAdded, Cluster: cluster, row: r})
+		w.objectEvent(EventAdded, cluster, r, nil)
 	} else {
 		x.update(old, r)
-		w.emit(&Event{Type: EventModified, Cluster: cluster, row: r, prev: old})
+		w.objectEvent(EventModified, cluster, r, old)
 	}
 	w.touch(revisionObjects, cluster)
 }
@@ -139,7 +140,7 @@ func (w *writeTxn) putObject(o *Object, old *objRow) {
 func (w *writeTxn) deleteObject(r *objRow) {
 	w.s.x.remove(r)
 	cluster := w.s.x.clusters.str(r.cid)
-	w.emit(&Event{Type: EventDeleted, Cluster: cluster, row: r})
+	w.objectEvent(EventDeleted, cluster, r, nil)
 	w.touch(revisionObjects, cluster)
 }
 
@@ -170,7 +171,7 @@ func (w *writeTxn) replaceObjects(cluster string, kind Kind, rows []Object) {
 		}
 		old := existing[keys[i]]
 		delete(existing, keys[i])
-		w.putObject(&rows[i], old)
+		w.putObject(&rows[i], keys[i], old)
 	}
 	for _, r := range existing {
 		w.deleteObject(r)

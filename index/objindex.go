@@ -1,10 +1,6 @@
 package index
 
-import (
-	"slices"
-
-	"github.com/google/btree"
-)
+import "slices"
 
 // objIndex holds the object rows, their indexes and pre-aggregated
 // counts. It lives outside memdb on purpose. Measured on this machine,
@@ -17,7 +13,9 @@ import (
 //   - a map from key to a dense row id, and the rows by id;
 //   - posting lists of small row ids per (kind, status), cluster,
 //     (cluster, namespace), label key=value and label key;
-//   - a B-tree of rows in (name, key) order for name-ordered pages;
+//   - a B-tree of rows in (name, key) order for name-ordered pages
+//     (nameOrder), and each row's name prefix by row id, so that sorting a
+//     source by name rarely loads a row;
 //   - count cells per (kind, status) at fleet, cluster, namespace and
 //     namespace-name level, so totals and facets cost a few thousand
 //     additions at 1M objects.
@@ -30,9 +28,11 @@ type objIndex struct {
 	namespaces *strDict // "" has id 0
 	kinds      *kindDict
 	labels     *labelDict
+	msgs       *msgDict
 
 	byKey map[string]uint32 // key → rid; the key string is the row's
 	rows  []*objRow         // by rid; nil for a free id
+	pfx   []namePfx         // by rid: namePrefix of the row's name
 	free  []uint32
 
 	kindStatus map[uint32]*postings // by cellKey(kid, status)
@@ -41,7 +41,7 @@ type objIndex struct {
 	byNsName   map[uint32]*cells // by nsid across clusters
 	pairPost   []postings        // by label pair id
 	keyPost    []postings        // by label key id
-	byName     *btree.BTreeG[*objRow]
+	byName     *nameOrder
 	// allCluster is the ClusterAccess that sees a whole cluster, used
 	// for viewers with Access.All.
 	allCluster *ClusterAccess
@@ -61,44 +61,21 @@ type nsAgg struct {
 	cells cells
 }
 
-// nameOrderDegree is the B-tree degree of the name order: wide nodes keep
-// the tree shallow (4 levels at 1M rows) and cost ~6 bytes per row.
-const nameOrderDegree = 64
-
 func newObjIndex() *objIndex {
 	x := &objIndex{
 		clusters:   newStrDict(),
 		namespaces: newStrDict(),
 		kinds:      newKindDict(),
 		labels:     newLabelDict(),
+		msgs:       newMsgDict(),
 		byKey:      map[string]uint32{},
 		kindStatus: map[uint32]*postings{},
 		byNsName:   map[uint32]*cells{},
 		allCluster: &ClusterAccess{All: true},
 	}
 	x.namespaces.intern("")
-	x.byName = btree.NewG(nameOrderDegree, func(a, b *objRow) bool {
-		return compareByName(a, b) < 0
-	})
+	x.byName = newNameOrder(x)
 	return x
-}
-
-// compareByName orders rows by name, then key.
-func compareByName(a, b *objRow) int {
-	if c := compareStrings(a.name(), b.name()); c != 0 {
-		return c
-	}
-	return compareStrings(a.key, b.key)
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // cellKey packs (kid, status) into a count cell key.
@@ -142,18 +119,23 @@ func (c cells) total() int {
 // maxRows is the size of the row id space, used to size bitmaps.
 func (x *objIndex) maxRows() int { return len(x.rows) }
 
-// insert adds a new row (r.rid unset) to every index.
+// insert adds a new row (r.rid unset) to every index and interns its
+// message.
 func (x *objIndex) insert(r *objRow) {
+	r.message = x.msgs.intern(r.message)
+	pfx := namePrefix(r.name())
 	if n := len(x.free); n > 0 {
 		r.rid = x.free[n-1]
 		x.free = x.free[:n-1]
 		x.rows[r.rid] = r
+		x.pfx[r.rid] = pfx
 	} else {
 		r.rid = uint32(len(x.rows))
 		x.rows = append(x.rows, r)
+		x.pfx = append(x.pfx, pfx)
 	}
 	x.byKey[r.key] = r.rid
-	x.byName.ReplaceOrInsert(r)
+	x.byName.insert(pfx, r.rid)
 	ca := x.cluster(r.cid)
 	ca.rows.add(r.rid, x.maxRows())
 	kp := ca.byKind[r.kind.kid]
@@ -174,8 +156,9 @@ func (x *objIndex) insert(r *objRow) {
 
 // remove deletes r from every index and frees its row id.
 func (x *objIndex) remove(r *objRow) {
-	x.byName.Delete(r)
+	x.byName.remove(x.pfx[r.rid], r.rid)
 	delete(x.byKey, r.key)
+	x.msgs.release(r.message)
 	ca := x.byCluster[r.cid]
 	ca.rows.remove(r.rid)
 	kp := ca.byKind[r.kind.kid]
@@ -195,11 +178,17 @@ func (x *objIndex) remove(r *objRow) {
 }
 
 // update swaps old for r, which has the same key, touching only the
-// indexes whose inputs changed.
+// indexes whose inputs changed. The name order holds row ids, so it does
+// not change.
 func (x *objIndex) update(old, r *objRow) {
-	r.rid = old.rid
+	r.rid, r.key = old.rid, old.key // byKey holds the old key string
 	x.rows[r.rid] = r
-	x.byName.ReplaceOrInsert(r)
+	if r.message == old.message {
+		r.message = old.message // share the interned copy
+	} else {
+		r.message = x.msgs.intern(r.message)
+		x.msgs.release(old.message)
+	}
 	if old.status != r.status {
 		ca := x.byCluster[r.cid]
 		na := ca.nss[r.nsid]

@@ -284,29 +284,40 @@ func (p *plan) count(src source) int {
 }
 
 // walk reads rows in order from the cursor, keeping matches, until it has
-// first+1 or has visited budget rows (then ok is false).
+// first+1 or has visited budget rows (then ok is false). Only the name
+// order has an index to walk.
 func (p *plan) walk(o Order, after *sortKey, first, budget int) (rows []*objRow, more, ok bool) {
-	visit := func(r *objRow) bool {
+	x := p.x
+	var pivot *nameItem
+	if after != nil {
+		// Start at the cursor's row, or where its name prefix starts (or
+		// ends) when the row is gone; rows up to the cursor are skipped
+		// below.
+		pivot = &nameItem{pfx: namePrefix(after.str), rid: seekLow}
+		if o.Desc {
+			pivot.rid = seekHigh
+		}
+		if rid, ok := x.byKey[after.key]; ok {
+			pivot.rid = rid
+		}
+	}
+	x.byName.walk(pivot, o.Desc, func(rid uint32) bool {
 		budget--
 		if budget < 0 {
 			return false
 		}
-		if after != nil && compareSortKeys(p.x.sortKeyOf(o.Field, r), *after) == 0 {
-			return true
+		r := x.rows[rid]
+		if after != nil {
+			c := compareSortKeys(x.sortKeyOf(o.Field, r), *after)
+			if (!o.Desc && c <= 0) || (o.Desc && c >= 0) {
+				return true
+			}
 		}
 		if p.match(r) {
 			rows = append(rows, r)
 		}
 		return len(rows) <= first
-	}
-	switch o.Field {
-	case OrderName:
-		var pivot *objRow
-		if after != nil {
-			pivot = &objRow{key: after.key, nameOff: uint16(len(after.key) - 1 - len(after.str))}
-		}
-		p.walkName(pivot, o.Desc, visit)
-	}
+	})
 	if budget < 0 {
 		return nil, false, false
 	}
@@ -315,21 +326,6 @@ func (p *plan) walk(o Order, after *sortKey, first, budget int) (rows []*objRow,
 		rows = rows[:first]
 	}
 	return rows, more, true
-}
-
-// walkName walks the name order from pivot (excluded by the caller's
-// comparison) in either direction.
-func (p *plan) walkName(pivot *objRow, desc bool, visit func(*objRow) bool) {
-	switch {
-	case pivot == nil && !desc:
-		p.x.byName.Ascend(visit)
-	case pivot == nil:
-		p.x.byName.Descend(visit)
-	case !desc:
-		p.x.byName.AscendGreaterOrEqual(pivot, visit)
-	default:
-		p.x.byName.DescendLessOrEqual(pivot, visit)
-	}
 }
 
 // topK keeps the limit smallest rows of an order in a max-heap.

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unique"
 )
 
 // ErrInvalidRow is returned (wrapped) for a row the index cannot store:
@@ -35,27 +34,10 @@ type objRow struct {
 	created int64 // Unix nanoseconds, 0 for the zero time
 	updated int64
 	rv      string
-	message unique.Handle[string] // zero for ""; messages repeat a lot
+	// message is the caller's string until the row is stored, then the
+	// msgDict copy (see objIndex.insert).
+	message string
 	summary []byte
-}
-
-// internMessage returns the shared handle of a message. Status messages
-// repeat across objects ("Back-off restarting failed container", "Applied
-// revision: main@sha1:..."), so rows share one copy; unique drops it when
-// no row uses it any more.
-func internMessage(m string) unique.Handle[string] {
-	if m == "" {
-		return unique.Handle[string]{}
-	}
-	return unique.Make(m)
-}
-
-// messageText returns the message of a handle from internMessage.
-func messageText(h unique.Handle[string]) string {
-	if h == (unique.Handle[string]{}) {
-		return ""
-	}
-	return h.Value()
 }
 
 // name returns the object name: the last key part.
@@ -123,10 +105,11 @@ func validateKey(k Key) error {
 	return nil
 }
 
-// buildRow converts o into a row, interning its strings. It must be called
-// with the write lock held. The row has no rid yet.
-func (x *objIndex) buildRow(o *Object) *objRow {
-	key := objectKey(o.Key())
+// buildRow converts o, whose objectKey is key, into a row, interning its
+// cluster, namespace, kind and labels. It must be called with the write
+// lock held. The row has no rid yet, and its message is interned only when
+// the row is stored.
+func (x *objIndex) buildRow(o *Object, key string) *objRow {
 	r := &objRow{
 		key:     key,
 		nameOff: uint16(len(key) - 1 - len(o.Name)),
@@ -139,7 +122,7 @@ func (x *objIndex) buildRow(o *Object) *objRow {
 		created: unixNano(o.CreatedAt),
 		updated: unixNano(o.UpdatedAt),
 		rv:      o.ResourceVersion,
-		message: internMessage(o.Message),
+		message: o.Message,
 		summary: o.Summary,
 	}
 	if len(o.Labels) > 0 {
@@ -169,7 +152,7 @@ func (x *objIndex) object(r *objRow) *Object {
 		UpdatedAt:       fromUnixNano(r.updated),
 		ResourceVersion: r.rv,
 		Status:          Statuses[r.status],
-		Message:         messageText(r.message),
+		Message:         r.message,
 		Summary:         r.summary,
 	}
 	if len(r.labels) > 0 {

@@ -82,7 +82,10 @@ type writeTxn struct {
 	now     int64
 	seq     uint64
 	events  []*Event
+	slab    []Event // object events are carved from here; see objectEvent
+	slabLen int     // size of the last slab
 	touched map[scopeKey]struct{}
+	last    scopeKey            // the last scope touched, to skip repeated map writes
 	policy  map[string]struct{} // clusters whose policy (RBAC or kinds set) changed
 }
 
@@ -130,12 +133,36 @@ func (w *writeTxn) emit(ev *Event) {
 	w.events = append(w.events, ev)
 }
 
+// maxEventSlab bounds the events allocated at once for a write. A slab
+// stays alive while any of its events is in the feed's ring or a
+// subscriber's hands, so slabs are kept well below the ring's size.
+const maxEventSlab = 256
+
+// objectEvent emits an object change event. Bulk writes produce one event
+// per changed row; taking them from slabs that double up to maxEventSlab
+// makes that a few allocations per batch instead of one per row.
+func (w *writeTxn) objectEvent(t EventType, cluster string, r, prev *objRow) {
+	if len(w.slab) == 0 {
+		w.slabLen = min(maxEventSlab, max(1, 2*w.slabLen))
+		w.slab = make([]Event, w.slabLen)
+	}
+	ev := &w.slab[0]
+	w.slab = w.slab[1:]
+	ev.Type, ev.Cluster, ev.row, ev.prev = t, cluster, r, prev
+	w.emit(ev)
+}
+
 // touch marks a revision scope of a cluster as changed by this write.
 func (w *writeTxn) touch(scope, cluster string) {
+	k := scopeKey{scope, cluster}
+	if w.touched != nil && k == w.last {
+		return
+	}
 	if w.touched == nil {
 		w.touched = map[scopeKey]struct{}{}
 	}
-	w.touched[scopeKey{scope, cluster}] = struct{}{}
+	w.touched[k] = struct{}{}
+	w.last = k
 }
 
 // policyChanged records that a cluster's RBAC rows or kinds set changed.
