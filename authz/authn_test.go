@@ -377,7 +377,9 @@ func TestRequestHeader(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			resp.Body.Close()
+			if err := resp.Body.Close(); err != nil {
+				t.Fatal(err)
+			}
 			if withCert && got != "alice" {
 				t.Errorf("with proxy certificate: %s", got)
 			}

@@ -11,10 +11,7 @@ import (
 	"github.com/fleetgraph/fleetgraph/index"
 )
 
-var (
-	podsGR       = index.GroupResource{Resource: "pods"}
-	namespacesGR = index.GroupResource{Resource: "namespaces"}
-)
+var podsGR = index.GroupResource{Resource: "pods"}
 
 func twoClusterStore() *fakeStore {
 	f := newFakeStore()
@@ -71,6 +68,16 @@ func testRevokeAndInvalidation(t *testing.T, f *fakeStore, a *Authorizer) {
 		t.Error("a change in east invalidated west")
 	}
 
+	// Deleting the role a binding references revokes too.
+	f.addBinding("west", roleBinding("ns7", "alice-local", RoleRefRole, "local", "User:alice"))
+	f.addRole("west", nsRole("ns7", "local", rule("list", "-", "pods")))
+	if !a.ClusterAccess("west", alice).Allows(podsGR, "ns7", "p") {
+		t.Error("west: Role grant missing")
+	}
+	f.deleteRole("west", "ns7", "local")
+	if a.ClusterAccess("west", alice).Allows(podsGR, "ns7", "p") {
+		t.Error("west: deleted Role still grants access")
+	}
 	// Role changes count too: narrowing the ClusterRole revokes.
 	f.addRole("west", clusterRole("view", rule("get,list,watch", "-", "services")))
 	if a.ClusterAccess("west", alice).Allows(podsGR, "ns1", "p") {

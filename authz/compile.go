@@ -80,7 +80,6 @@ func (s grSet) union(o grSet) {
 		s[i] |= o[i]
 	}
 }
-func (s grSet) equal(o grSet) bool { return slices.Equal(s, o) }
 
 func (s grSet) empty() bool {
 	for _, w := range s {

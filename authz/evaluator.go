@@ -97,7 +97,8 @@ func (e *Evaluator) RoleRules(cluster string, ref index.RoleRef, bindingNamespac
 func roleRules(r interface {
 	RoleGetter
 	ClusterRoleGetter
-}, cluster string, ref index.RoleRef, bindingNamespace string) ([]index.PolicyRule, error) {
+}, cluster string, ref index.RoleRef, bindingNamespace string,
+) ([]index.PolicyRule, error) {
 	switch ref.Kind {
 	case RoleRefRole:
 		if bindingNamespace == "" {

@@ -1,6 +1,7 @@
 package authz
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/csv"
@@ -35,12 +36,11 @@ type StaticTokens struct {
 
 // LoadStaticTokens reads a token file from disk.
 func LoadStaticTokens(path string) (*StaticTokens, error) {
-	f, err := os.Open(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("opening token file: %w", err)
+		return nil, fmt.Errorf("reading token file: %w", err)
 	}
-	defer f.Close()
-	return ParseStaticTokens(f, path)
+	return ParseStaticTokens(bytes.NewReader(data), path)
 }
 
 // ParseStaticTokens reads a token file; name is used in error messages.

@@ -26,8 +26,13 @@ func FuzzAuthorize(f *testing.F) {
 	}
 	rng := rand.New(rand.NewPCG(1, 1))
 	for _, extra := range [][2]string{
-		{"*", "*/scale"}, {"", "system:authenticated"}, {"system:serviceaccount:ns1:sa1", "sa1"},
-		{"a:b", "ns1:sa1"}, {"GET", "Pods"}, {"namespaces", "ns2"}, {"/healthz/*", "/healthz"},
+		{"*", "*/scale"},
+		{"", "system:authenticated"},
+		{"system:serviceaccount:ns1:sa1", "sa1"},
+		{"a:b", "ns1:sa1"},
+		{"GET", "Pods"},
+		{"namespaces", "ns2"},
+		{"/healthz/*", "/healthz"},
 	} {
 		data := make([]byte, 64)
 		for i := range data {
