@@ -63,6 +63,14 @@ demo: testenv
 bench-index:
 	$(GO) run ./cmd/fleetbench index
 
+## bench-authz: access-set build, cached lookup, and Q3 cost for a 4,000-binding user
+bench-authz:
+	$(GO) test -run '^$$' -bench '^BenchmarkAuthzSummary$$' -benchtime=1x ./authz/ | grep '^authz:'
+
+## test-rbac-full: the RBAC differential test at 1,000,000 cases (make test runs 50,000)
+test-rbac-full:
+	cd testenv && RBACDIFF_CASES=1000000 $(GO) test -count=1 -v -run 'Differential|Cases|Identity' -timeout 30m ./rbacdiff/
+
 ## bench-collector: first full sync of a real cluster holding 50,000+ objects
 bench-collector: testenv
 	$(GO) run ./cmd/fleetbench collector -v

@@ -18,8 +18,10 @@ import (
 func TestPodStatus(t *testing.T) {
 	now := metav1.Now()
 	running := func(ready bool, restarts int32) corev1.ContainerStatus {
-		return corev1.ContainerStatus{Name: "c", Ready: ready, RestartCount: restarts,
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
+		return corev1.ContainerStatus{
+			Name: "c", Ready: ready, RestartCount: restarts,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
+		}
 	}
 	waiting := func(reason string) corev1.ContainerStatus {
 		return corev1.ContainerStatus{Name: "c", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: "details"}}}
@@ -30,25 +32,53 @@ func TestPodStatus(t *testing.T) {
 		want    index.Status
 		message string
 	}{
-		{"running and ready", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{running(true, 0)}}},
-			index.StatusHealthy, ""},
-		{"running, not ready", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{running(false, 0)},
-			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: "ContainersNotReady"}}}},
-			index.StatusProgressing, "ContainersNotReady"},
-		{"crash loop", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{waiting("CrashLoopBackOff")}}},
-			index.StatusUnhealthy, "CrashLoopBackOff: details"},
-		{"image pull in an init container", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{waiting("ImagePullBackOff")}}},
-			index.StatusUnhealthy, "ImagePullBackOff"},
-		{"pending, creating", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{waiting("ContainerCreating")}}},
-			index.StatusProgressing, "ContainerCreating"},
-		{"unschedulable", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending,
-			Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: "0/3 nodes"}}}},
-			index.StatusProgressing, "Unschedulable: 0/3 nodes"},
+		{
+			"running and ready",
+			corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{running(true, 0)}}},
+			index.StatusHealthy, "",
+		},
+		{
+			"running, not ready",
+			corev1.Pod{Status: corev1.PodStatus{
+				Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{running(false, 0)},
+				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: "ContainersNotReady"}},
+			}},
+			index.StatusProgressing, "ContainersNotReady",
+		},
+		{
+			"crash loop",
+			corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{waiting("CrashLoopBackOff")}}},
+			index.StatusUnhealthy, "CrashLoopBackOff: details",
+		},
+		{
+			"image pull in an init container",
+			corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{waiting("ImagePullBackOff")}}},
+			index.StatusUnhealthy, "ImagePullBackOff",
+		},
+		{
+			"pending, creating",
+			corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{waiting("ContainerCreating")}}},
+			index.StatusProgressing, "ContainerCreating",
+		},
+		{
+			"unschedulable",
+			corev1.Pod{Status: corev1.PodStatus{
+				Phase:      corev1.PodPending,
+				Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: "0/3 nodes"}},
+			}},
+			index.StatusProgressing, "Unschedulable: 0/3 nodes",
+		},
 		{"succeeded", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodSucceeded}}, index.StatusHealthy, "completed"},
-		{"failed", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", Message: "low memory"}},
-			index.StatusUnhealthy, "Evicted: low memory"},
-		{"terminating", corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}, Status: corev1.PodStatus{Phase: corev1.PodRunning}},
-			index.StatusTerminating, "deletion requested"},
+		{
+			"failed",
+			corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", Message: "low memory"}},
+			index.StatusUnhealthy, "Evicted: low memory",
+		},
+		{
+			"terminating",
+			corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}, Status: corev1.PodStatus{Phase: corev1.PodRunning}},
+			index.StatusTerminating, "deletion requested",
+		},
 		{"unknown phase", corev1.Pod{Status: corev1.PodStatus{Phase: "Weird"}}, index.StatusUnknown, ""},
 	}
 	for _, tc := range cases {
@@ -147,10 +177,14 @@ func TestFluxStatus(t *testing.T) {
 }
 
 func TestIstioStatus(t *testing.T) {
-	errMsg := &analysisapi.AnalysisMessageBase{Level: analysisapi.AnalysisMessageBase_ERROR,
-		Type: &analysisapi.AnalysisMessageBase_Type{Code: "IST0101", Name: "ReferencedResourceNotFound"}}
-	warn := &analysisapi.AnalysisMessageBase{Level: analysisapi.AnalysisMessageBase_WARNING,
-		Type: &analysisapi.AnalysisMessageBase_Type{Code: "IST0102", Name: "NamespaceNotInjected"}}
+	errMsg := &analysisapi.AnalysisMessageBase{
+		Level: analysisapi.AnalysisMessageBase_ERROR,
+		Type:  &analysisapi.AnalysisMessageBase_Type{Code: "IST0101", Name: "ReferencedResourceNotFound"},
+	}
+	warn := &analysisapi.AnalysisMessageBase{
+		Level: analysisapi.AnalysisMessageBase_WARNING,
+		Type:  &analysisapi.AnalysisMessageBase_Type{Code: "IST0102", Name: "NamespaceNotInjected"},
+	}
 	cases := []struct {
 		name    string
 		st      *metaapi.IstioStatus

@@ -30,8 +30,11 @@ import (
 func TestAuthzMatchesRealClusterRBAC(t *testing.T) {
 	t.Parallel()
 	users := []testcluster.User{
-		{Name: "alice", Groups: []string{"team-a"}}, {Name: "bob", Groups: []string{"team-b"}},
-		{Name: "carol"}, {Name: "dave"}, {Name: "erin", Groups: []string{"team-a", "auditors"}},
+		{Name: "alice", Groups: []string{"team-a"}},
+		{Name: "bob", Groups: []string{"team-b"}},
+		{Name: "carol"},
+		{Name: "dave"},
+		{Name: "erin", Groups: []string{"team-a", "auditors"}},
 	}
 	c := startClusters(t, testcluster.Options{Name: "rbac-real", Users: users})[0]
 	seeded(t, c, true, false, 4)

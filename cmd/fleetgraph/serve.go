@@ -89,7 +89,9 @@ is required.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			specs, err := connection.KubeconfigSpecs(f.kubeconfig, f.contexts)
-			if err != nil && !(errors.Is(err, connection.ErrNoContexts) && f.secretNamespace != "") {
+			// A kubeconfig without contexts is fine when clusters come
+			// from Secrets.
+			if err != nil && (!errors.Is(err, connection.ErrNoContexts) || f.secretNamespace == "") {
 				return err
 			}
 			return serve(cmd.Context(), &f, specs)
@@ -183,8 +185,10 @@ func (f *serveFlags) authenticator(ctx context.Context) (authz.Authenticator, er
 		if f.oidcClientID == "" {
 			return nil, errors.New("--oidc-issuer needs --oidc-client-id")
 		}
-		o, err := authz.NewOIDC(ctx, authz.OIDCConfig{IssuerURL: f.oidcIssuer, ClientID: f.oidcClientID,
-			UsernameClaim: f.oidcUsernameClaim, GroupsClaim: f.oidcGroupsClaim})
+		o, err := authz.NewOIDC(ctx, authz.OIDCConfig{
+			IssuerURL: f.oidcIssuer, ClientID: f.oidcClientID,
+			UsernameClaim: f.oidcUsernameClaim, GroupsClaim: f.oidcGroupsClaim,
+		})
 		if err != nil {
 			return nil, err
 		}

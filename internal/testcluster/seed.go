@@ -211,8 +211,8 @@ func seedPod(ns, name string, n int) (*unstructured.Unstructured, map[string]any
 		"containers": []any{map[string]any{"name": "main", "image": "registry.example/" + app + ":1.0"}},
 	}
 	started := "2026-01-01T00:00:00Z"
-	switch {
-	case n%10 == 9: // crash-looping
+	switch n % 10 {
+	case 9: // crash-looping
 		return obj, map[string]any{
 			"phase": "Running",
 			"conditions": []any{
@@ -223,7 +223,7 @@ func seedPod(ns, name string, n int) (*unstructured.Unstructured, map[string]any
 				"state": map[string]any{"waiting": map[string]any{"reason": "CrashLoopBackOff", "message": "back-off restarting failed container main"}},
 			}},
 		}
-	case n%10 == 8: // pending
+	case 8: // pending
 		return obj, map[string]any{
 			"phase":      "Pending",
 			"conditions": []any{map[string]any{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/4 nodes are available"}},
@@ -289,11 +289,14 @@ func seedFlux(ns string, n int) []seedObject {
 	git := object("source.toolkit.fluxcd.io/v1", "GitRepository", ns, "repo", nil)
 	git.Object["spec"] = map[string]any{"url": "https://git.example/" + ns, "interval": "1m", "ref": map[string]any{"branch": "main"}}
 	ks := object("kustomize.toolkit.fluxcd.io/v1", "Kustomization", ns, "apps", nil)
-	ks.Object["spec"] = map[string]any{"interval": "5m", "path": "./deploy", "prune": true,
-		"sourceRef": map[string]any{"kind": "GitRepository", "name": "repo"}}
+	ks.Object["spec"] = map[string]any{
+		"interval": "5m", "path": "./deploy", "prune": true,
+		"sourceRef": map[string]any{"kind": "GitRepository", "name": "repo"},
+	}
 	hr := object("helm.toolkit.fluxcd.io/v2", "HelmRelease", ns, "chart", nil)
 	hr.Object["spec"] = map[string]any{"interval": "5m", "chart": map[string]any{"spec": map[string]any{
-		"chart": "podinfo", "sourceRef": map[string]any{"kind": "HelmRepository", "name": "charts"}}}}
+		"chart": "podinfo", "sourceRef": map[string]any{"kind": "HelmRepository", "name": "charts"},
+	}}}
 	return []seedObject{
 		{GVRGitRepository, git, map[string]any{"observedGeneration": int64(1), "conditions": []any{readyCondition("True", "Succeeded", "stored artifact for revision main@sha1:0123abcd")}}},
 		{GVRKustomization, ks, status},
@@ -304,12 +307,16 @@ func seedFlux(ns string, n int) []seedObject {
 func seedIstio(ns string) []seedObject {
 	host := "svc-0." + ns + ".svc.cluster.local"
 	vs := object("networking.istio.io/v1", "VirtualService", ns, "routes", nil)
-	vs.Object["spec"] = map[string]any{"hosts": []any{host}, "gateways": []any{"gateway"},
-		"http": []any{map[string]any{"route": []any{map[string]any{"destination": map[string]any{"host": host}}}}}}
+	vs.Object["spec"] = map[string]any{
+		"hosts": []any{host}, "gateways": []any{"gateway"},
+		"http": []any{map[string]any{"route": []any{map[string]any{"destination": map[string]any{"host": host}}}}},
+	}
 	dr := object("networking.istio.io/v1", "DestinationRule", ns, "policy", nil)
 	dr.Object["spec"] = map[string]any{"host": host, "trafficPolicy": map[string]any{"tls": map[string]any{"mode": "ISTIO_MUTUAL"}}}
 	gw := object("networking.istio.io/v1", "Gateway", ns, "gateway", nil)
-	gw.Object["spec"] = map[string]any{"selector": map[string]any{"istio": "ingressgateway"},
-		"servers": []any{map[string]any{"port": map[string]any{"number": int64(80), "name": "http", "protocol": "HTTP"}, "hosts": []any{"*"}}}}
+	gw.Object["spec"] = map[string]any{
+		"selector": map[string]any{"istio": "ingressgateway"},
+		"servers":  []any{map[string]any{"port": map[string]any{"number": int64(80), "name": "http", "protocol": "HTTP"}, "hosts": []any{"*"}}},
+	}
 	return []seedObject{{gvr: GVRVirtualService, obj: vs}, {gvr: GVRDestRule, obj: dr}, {gvr: GVRGateway, obj: gw}}
 }
