@@ -1,5 +1,12 @@
 package index
 
+import (
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
 // strDict interns strings as dense ids. The index keeps numeric ids in rows
 // and posting lists instead of strings: a cluster, namespace or label is
 // stored once however many rows use it.
@@ -12,6 +19,11 @@ package index
 type strDict struct {
 	ids  map[string]uint32
 	strs []string
+	// sorted caches the ids in string order for facets; inOrder rebuilds
+	// it when strings were added. Readers share it under the Store's read
+	// lock, so sortMu serializes the rebuild.
+	sortMu sync.Mutex
+	sorted atomic.Pointer[[]uint32]
 	// last and lastID cache the last interned string: rows arrive grouped
 	// by cluster and namespace, so most interns are a string comparison
 	// instead of a hashed lookup. Only intern (under the write lock) uses
@@ -52,6 +64,26 @@ func (d *strDict) str(id uint32) string { return d.strs[id] }
 
 // len returns how many strings were interned.
 func (d *strDict) len() int { return len(d.strs) }
+
+// inOrder returns every id in string order. It must be called with the
+// Store's lock held (read or write), so that no string is being added.
+func (d *strDict) inOrder() []uint32 {
+	if p := d.sorted.Load(); p != nil && len(*p) == len(d.strs) {
+		return *p
+	}
+	d.sortMu.Lock()
+	defer d.sortMu.Unlock()
+	if p := d.sorted.Load(); p != nil && len(*p) == len(d.strs) {
+		return *p
+	}
+	ids := make([]uint32, len(d.strs))
+	for i := range ids {
+		ids[i] = uint32(i)
+	}
+	slices.SortFunc(ids, func(a, b uint32) int { return strings.Compare(d.strs[a], d.strs[b]) })
+	d.sorted.Store(&ids)
+	return ids
+}
 
 // cloneString copies s so that an interned string does not pin the larger
 // buffer (a decoded JSON document, a protobuf message) it was sliced from.
@@ -127,10 +159,13 @@ func (d *kindDict) intern(k Kind) *kindInfo {
 }
 
 // labelPair is one interned key=value: ids into the key and value
-// dictionaries.
+// dictionaries, and the posting list of the rows that carry it. Keeping
+// the list beside the ids makes indexing a label one cache miss instead of
+// two (there are about 1.7M pairs at 1M objects).
 type labelPair struct {
-	kid uint32
-	vid uint32
+	kid  uint32
+	vid  uint32
+	rows postings
 }
 
 // labelDict interns label keys, values and key=value pairs. Rows hold

@@ -12,8 +12,8 @@
 // global sequence number that subscriptions resume from.
 //
 // Store is the implementation. Object rows live in purpose-built
-// structures (a row table, posting lists of small row ids, a name-ordered
-// B-tree and pre-aggregated count cells; see objIndex) because go-memdb's
+// structures (a row table, posting lists of small row ids, name-ordered
+// sorted runs and pre-aggregated count cells; see objIndex) because go-memdb's
 // per-row cost missed the memory and ingest goals; clusters, kinds, RBAC
 // rows and per-cluster revisions are go-memdb tables, which give WatchSets
 // for blocking reads. Every write is one commit that updates both under

@@ -46,7 +46,7 @@ func (s *Store) Facets(ctx context.Context, f Filter, a *Access) (*Facets, error
 	if err != nil {
 		return nil, err
 	}
-	t := &tally{p: p, facets: true, kind: map[uint32]int{}, cluster: map[uint32]int{}, ns: map[uint32]int{}}
+	t := p.newTally(true, 0)
 	if !p.empty {
 		src := p.bestSource()
 		done := false
@@ -56,8 +56,8 @@ func (s *Store) Facets(ctx context.Context, f Filter, a *Access) (*Facets, error
 			}
 		}
 		if !done {
-			src.each(func(r *objRow) bool {
-				if src.exact || p.match(r) {
+			src.each(func(rid uint32) bool {
+				if r := p.x.rows[rid]; src.exact || p.match(r) {
 					t.addRow(r)
 				}
 				return true
@@ -67,16 +67,28 @@ func (s *Store) Facets(ctx context.Context, f Filter, a *Access) (*Facets, error
 	return t.result(s.seq, p.staleInScope(staleClusters(txn))), nil
 }
 
-// tally accumulates counts and, when facets is set, per-dimension counts.
+// tally accumulates counts and, when facets is set, per-dimension counts
+// by id. Slices indexed by id are cheaper than maps here: the fleet-wide
+// facets add about 60,000 cells, and map updates were half their cost.
 type tally struct {
 	p       *plan
 	facets  bool
 	budget  int
 	total   int
 	status  [5]int
-	kind    map[uint32]int
-	cluster map[uint32]int
-	ns      map[uint32]int
+	kind    []int // by kid
+	cluster []int // by cid
+	ns      []int // by nsid
+}
+
+func (p *plan) newTally(facets bool, budget int) *tally {
+	t := &tally{p: p, facets: facets, budget: budget}
+	if facets {
+		t.kind = make([]int, len(p.x.kinds.byKid))
+		t.cluster = make([]int, p.x.clusters.len())
+		t.ns = make([]int, p.x.namespaces.len())
+	}
+	return t
 }
 
 // noNS marks cluster-level cells, which carry no namespace breakdown.
@@ -118,10 +130,7 @@ func (t *tally) addCells(cid, nsid uint32, cs cells, allow func(kid uint32) bool
 // budget cell visits, so callers can fall back to a scan.
 func (p *plan) tally(facets bool, budget int) (t *tally, ok bool) {
 	x := p.x
-	t = &tally{p: p, facets: facets, budget: budget}
-	if facets {
-		t.kind, t.cluster, t.ns = map[uint32]int{}, map[uint32]int{}, map[uint32]int{}
-	}
+	t = p.newTally(facets, budget)
 	// The namespace facet of a viewer who sees whole clusters, with no
 	// namespace filter, needs per-namespace cells; fleet-wide it comes
 	// from the per-name cells instead.
@@ -235,24 +244,32 @@ func (t *tally) result(seq uint64, stale []string) *Facets {
 	for i, st := range Statuses {
 		f.Statuses = append(f.Statuses, FacetCount{Value: string(st), Count: t.status[i]})
 	}
-	f.Kinds = facetList(t.kind, func(id uint32) string { return x.kinds.byKid[id].String() })
-	f.Clusters = facetList(t.cluster, x.clusters.str)
-	f.Namespaces = facetList(t.ns, x.namespaces.str)
+	f.Kinds = facetList(t.kind, nil, func(id uint32) string { return x.kinds.byKid[id].String() })
+	f.Clusters = facetList(t.cluster, x.clusters.inOrder(), x.clusters.str)
+	f.Namespaces = facetList(t.ns, x.namespaces.inOrder(), x.namespaces.str)
 	return f
 }
 
-func facetList(m map[uint32]int, name func(uint32) string) []FacetCount {
-	out := make([]FacetCount, 0, len(m))
-	for id, n := range m {
-		if n > 0 {
-			out = append(out, FacetCount{Value: name(id), Count: n})
+// facetList returns the non-zero counts by count, descending, then value.
+// inOrder lists the ids in value order when known, so that only counts
+// are compared (namespaces often have equal counts, and comparing their
+// names was a fifth of the fleet-wide facets).
+func facetList(counts []int, inOrder []uint32, name func(uint32) string) []FacetCount {
+	out := make([]FacetCount, 0, len(counts))
+	if inOrder == nil {
+		for id, n := range counts {
+			if n > 0 {
+				out = append(out, FacetCount{Value: name(uint32(id)), Count: n})
+			}
+		}
+		slices.SortFunc(out, func(a, b FacetCount) int { return cmp.Compare(a.Value, b.Value) })
+	} else {
+		for _, id := range inOrder {
+			if n := counts[id]; n > 0 {
+				out = append(out, FacetCount{Value: name(id), Count: n})
+			}
 		}
 	}
-	slices.SortFunc(out, func(a, b FacetCount) int {
-		if c := cmp.Compare(b.Count, a.Count); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Value, b.Value)
-	})
+	slices.SortStableFunc(out, func(a, b FacetCount) int { return cmp.Compare(b.Count, a.Count) })
 	return out
 }

@@ -3,34 +3,64 @@ package index
 import (
 	"cmp"
 	"encoding/binary"
+	"slices"
+	"sort"
 	"strings"
-
-	"github.com/google/btree"
+	"unsafe"
 )
 
 // nameOrder keeps every row in (name, key) order for name-ordered pages
 // that walk the order instead of sorting a source (see plan.run).
 //
-// Its items are small pointer-free values, not row pointers: the first 16
-// bytes of the name as two numbers, and the row id. Inserting into or
-// seeking a B-tree of a million rows takes about twenty comparisons. When
-// each one loaded two rows and then their keys (cache misses all) an insert
-// cost about 4 µs, the largest part of ingest; now most comparisons read
-// only the node's own array (about 2 µs, of which half is the tree itself),
-// and rows are loaded only for names that share their first 16 bytes.
-// Pointer-free items also spare the garbage collector from scanning the
-// tree and moving items from write barriers.
+// It is a log-structured set of sorted runs rather than a search tree.
+// The rows a write inserts are sorted among themselves (they are in cache)
+// and added as one run when the write ends; runs of similar size are then
+// merged, like a binary counter, so there are at most log2(rows) runs and
+// each row is copied about log2(rows/batch) times by sequential merges.
+// Measured on the 1M-object fleet, inserting into a B-tree cost 2–4 µs per
+// row, nearly all of it cache misses while descending the tree, and was the
+// largest part of ingest; a run costs a few hundred nanoseconds per row.
+// The price is paid by readers: a walk merges the runs' heads, a few
+// comparisons per row it yields, and seeking costs a binary search per run.
 //
-// Items name rows by id, so replacing a row (same key, same id) leaves the
-// tree alone; a row's item is removed before its id is freed.
+// Removing a row leaves its item in place. An item is live while its row
+// id holds a row with the very same key string (objIndex.update keeps the
+// key string of a replaced row; a removed and re-added key gets a new
+// one), so walks skip dead items, and once they are a quarter of all
+// items the runs are compacted into one.
+//
+// Merges happen under the Store's write lock. The largest costs about
+// 30 ms at 1M rows and comes after about as many inserts as there are
+// rows; bulk loads pay it, single-row writes almost never.
 type nameOrder struct {
-	t *btree.BTreeG[nameItem]
+	x       *objIndex
+	runs    [][]nameItem // each sorted, each more than twice as long as the next
+	pending []nameItem   // inserted by the write in progress
+	items   int          // items in runs, live or dead
+	dead    int          // removed rows' items still in runs or pending
 }
 
-// nameItem is one entry of the name order.
+// nameItem is one entry of the name order. It carries its own key, so
+// dead items still compare.
 type nameItem struct {
-	pfx namePfx
-	rid uint32
+	pfx     namePfx
+	key     string // the row's key; the name is key[nameOff:len(key)-1]
+	rid     uint32
+	nameOff uint16
+}
+
+func (i *nameItem) name() string { return i.key[i.nameOff : len(i.key)-1] }
+
+// compareItems orders items by name, then key. Most comparisons are
+// decided by the prefixes, without loading the key bytes.
+func compareItems(a, b *nameItem) int {
+	if c := a.pfx.compare(b.pfx); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.name(), b.name()); c != 0 {
+		return c
+	}
+	return strings.Compare(a.key, b.key)
 }
 
 // namePfx is the first 16 bytes of a name as two big-endian numbers,
@@ -45,44 +75,15 @@ func namePrefix(name string) namePfx {
 }
 
 func (p namePfx) compare(q namePfx) int {
-	switch {
-	case p.hi != q.hi:
+	if p.hi != q.hi {
 		return cmp.Compare(p.hi, q.hi)
-	case p.lo != q.lo:
-		return cmp.Compare(p.lo, q.lo)
 	}
-	return 0
+	return cmp.Compare(p.lo, q.lo)
 }
 
-// Seek row ids: items that sort before (seekLow) or after (seekHigh)
-// every row whose name has the same prefix. They position a walk whose
-// cursor row no longer exists.
-const (
-	seekLow  = ^uint32(0)
-	seekHigh = ^uint32(0) - 1
-)
-
-// nameOrderDegree is the B-tree degree. Measured at 500k rows, 32 was the
-// fastest to insert into (16: same, 64: 15% slower, 8: 40% slower); nodes
-// of 31–63 items keep it at 4–5 levels for ~30 bytes per row.
-const nameOrderDegree = 32
-
-func newNameOrder(x *objIndex) *nameOrder {
-	return &nameOrder{t: btree.NewG(nameOrderDegree, func(a, b nameItem) bool {
-		if c := a.pfx.compare(b.pfx); c != 0 {
-			return c < 0
-		}
-		if a.rid == b.rid {
-			return false
-		}
-		switch {
-		case a.rid == seekLow || b.rid == seekHigh:
-			return true
-		case a.rid == seekHigh || b.rid == seekLow:
-			return false
-		}
-		return compareByName(x.rows[a.rid], x.rows[b.rid]) < 0
-	})}
+// rowItem returns the name order item of a stored row.
+func rowItem(pfx namePfx, r *objRow) nameItem {
+	return nameItem{pfx: pfx, key: r.key, rid: r.rid, nameOff: r.nameOff}
 }
 
 // compareByName orders rows by name, then key.
@@ -93,32 +94,144 @@ func compareByName(a, b *objRow) int {
 	return strings.Compare(a.key, b.key)
 }
 
-// insert adds a row that is already in x.rows.
-func (o *nameOrder) insert(pfx namePfx, rid uint32) {
-	o.t.ReplaceOrInsert(nameItem{pfx: pfx, rid: rid})
+func newNameOrder(x *objIndex) *nameOrder { return &nameOrder{x: x} }
+
+// live reports whether it is the item of a stored row.
+func (o *nameOrder) live(it *nameItem) bool {
+	r := o.x.rows[it.rid]
+	return r != nil && unsafe.StringData(r.key) == unsafe.StringData(it.key)
 }
 
-// remove deletes a row while it is still in x.rows.
-func (o *nameOrder) remove(pfx namePfx, rid uint32) {
-	o.t.Delete(nameItem{pfx: pfx, rid: rid})
+// insert queues a stored row; flush adds it to the order.
+func (o *nameOrder) insert(pfx namePfx, r *objRow) {
+	o.pending = append(o.pending, rowItem(pfx, r))
 }
 
-// len returns the number of rows.
-func (o *nameOrder) len() int { return o.t.Len() }
+// remove records that a row is gone, after its id was freed: its item
+// dies in place.
+func (o *nameOrder) remove() {
+	o.dead++
+	if o.dead > max(o.items/4, 1024) {
+		o.compact()
+	}
+}
 
-// walk calls visit with row ids in name order, ascending or descending,
-// from the start or from pivot (included when it is a row), until visit
-// returns false.
+// len returns the number of live rows.
+func (o *nameOrder) len() int { return o.items + len(o.pending) - o.dead }
+
+// flush adds the rows inserted since the last flush as one run; the
+// Store calls it before a write releases its lock.
+func (o *nameOrder) flush() {
+	if len(o.pending) == 0 {
+		return
+	}
+	run := make([]nameItem, 0, len(o.pending))
+	for i := range o.pending {
+		if o.live(&o.pending[i]) {
+			run = append(run, o.pending[i])
+		} else {
+			o.dead--
+		}
+	}
+	clear(o.pending)
+	o.pending = o.pending[:0]
+	slices.SortFunc(run, func(a, b nameItem) int { return compareItems(&a, &b) })
+	o.runs = append(o.runs, run)
+	o.items += len(run)
+	for n := len(o.runs); n >= 2 && len(o.runs[n-2]) <= 2*len(o.runs[n-1]); n-- {
+		o.runs[n-2] = o.merge(o.runs[n-2:], false)
+		o.runs[n-1] = nil
+		o.runs = o.runs[:n-1]
+	}
+}
+
+// compact merges every run into one without the dead items.
+func (o *nameOrder) compact() {
+	o.flush()
+	if len(o.runs) > 0 {
+		o.runs = [][]nameItem{o.merge(o.runs, true)}
+	}
+	o.dead = 0
+}
+
+// merge returns the sorted union of runs, without dead items when prune
+// is set.
+func (o *nameOrder) merge(runs [][]nameItem, prune bool) []nameItem {
+	n := 0
+	for _, r := range runs {
+		n += len(r)
+	}
+	out := make([]nameItem, 0, n)
+	heads := make([]int, len(runs))
+	for {
+		best := -1
+		for i, r := range runs {
+			if heads[i] < len(r) && (best < 0 || compareItems(&r[heads[i]], &runs[best][heads[best]]) < 0) {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		it := &runs[best][heads[best]]
+		heads[best]++
+		if !prune || o.live(it) {
+			out = append(out, *it)
+		}
+	}
+	if prune {
+		o.items -= n - len(out)
+	}
+	return out
+}
+
+// walk calls visit with the row ids of live items in name order,
+// ascending or descending, from the start or from pivot (included when it
+// is a row), until visit returns false. A pivot needs pfx, key and
+// nameOff. The rows of the write in progress are not visited.
 func (o *nameOrder) walk(pivot *nameItem, desc bool, visit func(rid uint32) bool) {
-	it := func(i nameItem) bool { return visit(i.rid) }
-	switch {
-	case pivot == nil && !desc:
-		o.t.Ascend(it)
-	case pivot == nil:
-		o.t.Descend(it)
-	case !desc:
-		o.t.AscendGreaterOrEqual(*pivot, it)
-	default:
-		o.t.DescendLessOrEqual(*pivot, it)
+	// pos[i] is the next index of run i to yield: counting up from the
+	// first item at or after the pivot when ascending, down from the last
+	// item at or before it when descending.
+	pos := make([]int, len(o.runs))
+	for i, r := range o.runs {
+		switch {
+		case pivot == nil && !desc:
+			pos[i] = 0
+		case pivot == nil:
+			pos[i] = len(r) - 1
+		case !desc:
+			pos[i] = sort.Search(len(r), func(j int) bool { return compareItems(&r[j], pivot) >= 0 })
+		default:
+			pos[i] = sort.Search(len(r), func(j int) bool { return compareItems(&r[j], pivot) > 0 }) - 1
+		}
+	}
+	for {
+		best := -1
+		for i, r := range o.runs {
+			if pos[i] < 0 || pos[i] >= len(r) {
+				continue
+			}
+			if best < 0 {
+				best = i
+				continue
+			}
+			c := compareItems(&r[pos[i]], &o.runs[best][pos[best]])
+			if (!desc && c < 0) || (desc && c > 0) {
+				best = i
+			}
+		}
+		if best < 0 {
+			return
+		}
+		it := &o.runs[best][pos[best]]
+		if desc {
+			pos[best]--
+		} else {
+			pos[best]++
+		}
+		if o.live(it) && !visit(it.rid) {
+			return
+		}
 	}
 }

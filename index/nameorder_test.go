@@ -9,47 +9,41 @@ import (
 )
 
 // TestNameOrder checks the name order against a sorted reference while
-// rows come and go, with names that share long prefixes (so comparisons
-// fall through to the rows) and seeks from present and missing rows in
-// both directions.
+// rows come and go in writes of random size (so runs merge and compact),
+// with names that share long prefixes (so comparisons fall through to the
+// keys), keys removed and added again within one write, and seeks from
+// present and removed rows in both directions.
 func TestNameOrder(t *testing.T) {
 	x := newObjIndex()
 	rnd := rand.New(rand.NewPCG(1, 2))
-	names := []string{"a", "pod", "endpointslice-12", "endpointslice-12-x", "requestauthentication-7", ""}
-	newRow := func(i int) *objRow {
-		name := names[rnd.IntN(len(names)-1)] + fmt.Sprintf("-%d", rnd.IntN(50))
+	prefixes := []string{"a", "pod", "endpointslice-12", "endpointslice-12-x", "requestauthentication-7"}
+	newObject := func() *Object {
+		name := prefixes[rnd.IntN(len(prefixes))] + fmt.Sprintf("-%d", rnd.IntN(300))
 		if rnd.IntN(10) == 0 {
 			name = strings.Repeat("z", rnd.IntN(20)+1)
 		}
-		ns := fmt.Sprintf("ns-%d", i%7)
-		return &objRow{key: compoundKey("c", "", "Pod", ns, name), nameOff: uint16(len("c\x00\x00Pod\x00" + ns + "\x00"))}
+		o := pod("c", fmt.Sprintf("ns-%d", rnd.IntN(5)), name, StatusHealthy, nil)
+		return &o
 	}
 	live := map[string]*objRow{}
-	for i := range 3000 {
-		r := newRow(i)
-		if old := live[r.key]; old != nil || (len(live) > 0 && rnd.IntN(4) == 0) {
-			if old == nil {
-				for _, o := range live {
-					old = o
-					break
+	var gone []string // keys of removed rows, for seeks
+	for range 300 {
+		for range rnd.IntN(40) + 1 {
+			o := newObject()
+			key := objectKey(o.Key())
+			if old := live[key]; old != nil {
+				x.remove(old)
+				delete(live, key)
+				gone = append(gone, key)
+				if rnd.IntN(2) == 0 {
+					continue // else add it again in the same write
 				}
 			}
-			x.byName.remove(x.pfx[old.rid], old.rid)
-			x.rows[old.rid] = nil
-			x.free = append(x.free, old.rid)
-			delete(live, old.key)
-			continue
+			r := x.buildRow(o, key)
+			x.insert(r)
+			live[key] = r
 		}
-		pfx := namePrefix(r.name())
-		if n := len(x.free); n > 0 {
-			r.rid, x.free = x.free[n-1], x.free[:n-1]
-			x.rows[r.rid], x.pfx[r.rid] = r, pfx
-		} else {
-			r.rid = uint32(len(x.rows))
-			x.rows, x.pfx = append(x.rows, r), append(x.pfx, pfx)
-		}
-		x.byName.insert(pfx, r.rid)
-		live[r.key] = r
+		x.byName.flush()
 	}
 	var want []*objRow
 	for _, r := range live {
@@ -58,6 +52,9 @@ func TestNameOrder(t *testing.T) {
 	slices.SortFunc(want, compareByName)
 	if x.byName.len() != len(want) {
 		t.Fatalf("len %d, want %d", x.byName.len(), len(want))
+	}
+	if len(x.byName.runs) < 2 {
+		t.Fatalf("%d runs: the test should leave several", len(x.byName.runs))
 	}
 	collect := func(pivot *nameItem, desc bool) []*objRow {
 		var got []*objRow
@@ -73,25 +70,38 @@ func TestNameOrder(t *testing.T) {
 	if got := collect(nil, true); !slices.Equal(got, reversed(want)) {
 		t.Fatalf("descending walk differs from the sorted rows")
 	}
-	for i := 0; i < len(want); i += 37 {
+	for i := 0; i < len(want); i += 29 {
 		r := want[i]
-		exact := &nameItem{pfx: namePrefix(r.name()), rid: r.rid}
-		if got := collect(exact, false); !slices.Equal(got, want[i:]) {
+		pivot := &nameItem{pfx: namePrefix(r.name()), key: r.key, nameOff: r.nameOff}
+		if got := collect(pivot, false); !slices.Equal(got, want[i:]) {
 			t.Fatalf("ascending from %q: wrong rows", r.key)
 		}
-		if got := collect(exact, true); !slices.Equal(got, reversed(want[:i+1])) {
+		if got := collect(pivot, true); !slices.Equal(got, reversed(want[:i+1])) {
 			t.Fatalf("descending from %q: wrong rows", r.key)
 		}
-		// A missing row seeks to its prefix: the walk starts at or
-		// before where the row would be, never after it.
-		low := &nameItem{pfx: namePrefix(r.name()), rid: seekLow}
-		if got := collect(low, false); len(got) < len(want)-i || !slices.Equal(got[len(got)-(len(want)-i):], want[i:]) {
-			t.Fatalf("ascending from the prefix of %q: wrong rows", r.key)
+	}
+	for j, key := range gone {
+		if j%5 != 0 || live[key] != nil {
+			continue
 		}
-		high := &nameItem{pfx: namePrefix(r.name()), rid: seekHigh}
-		if got := collect(high, true); len(got) < i+1 || !slices.Equal(got[len(got)-(i+1):], reversed(want[:i+1])) {
-			t.Fatalf("descending from the prefix of %q: wrong rows", r.key)
+		parts := strings.Split(key, "\x00")
+		name := parts[len(parts)-2]
+		pivot := &nameItem{pfx: namePrefix(name), key: key, nameOff: uint16(len(key) - 1 - len(name))}
+		probe := &objRow{key: key, nameOff: pivot.nameOff}
+		i, _ := slices.BinarySearchFunc(want, probe, compareByName)
+		if got := collect(pivot, false); !slices.Equal(got, want[i:]) {
+			t.Fatalf("ascending from removed %q: wrong rows", key)
 		}
+		if got := collect(pivot, true); !slices.Equal(got, reversed(want[:i])) {
+			t.Fatalf("descending from removed %q: wrong rows", key)
+		}
+	}
+	x.byName.compact()
+	if len(x.byName.runs) != 1 || x.byName.dead != 0 || len(x.byName.runs[0]) != len(want) {
+		t.Fatalf("after compact: %d runs, %d dead, %d items, want %d", len(x.byName.runs), x.byName.dead, x.byName.items, len(want))
+	}
+	if got := collect(nil, false); !slices.Equal(got, want) {
+		t.Fatalf("after compact: ascending walk differs from the sorted rows")
 	}
 }
 

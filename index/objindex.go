@@ -12,8 +12,8 @@ import "slices"
 //
 //   - a map from key to a dense row id, and the rows by id;
 //   - posting lists of small row ids per (kind, status), cluster,
-//     (cluster, namespace), label key=value and label key;
-//   - a B-tree of rows in (name, key) order for name-ordered pages
+//     (cluster, namespace), label key=value (in labelDict) and label key;
+//   - sorted runs of rows in (name, key) order for name-ordered pages
 //     (nameOrder), and each row's name prefix by row id, so that sorting a
 //     source by name rarely loads a row;
 //   - count cells per (kind, status) at fleet, cluster, namespace and
@@ -39,7 +39,6 @@ type objIndex struct {
 	byCluster  []*clusterAgg        // by cid; nil until the cluster has rows
 	global     cells
 	byNsName   map[uint32]*cells // by nsid across clusters
-	pairPost   []postings        // by label pair id
 	keyPost    []postings        // by label key id
 	byName     *nameOrder
 	// allCluster is the ClusterAccess that sees a whole cluster, used
@@ -135,7 +134,7 @@ func (x *objIndex) insert(r *objRow) {
 		x.pfx = append(x.pfx, pfx)
 	}
 	x.byKey[r.key] = r.rid
-	x.byName.insert(pfx, r.rid)
+	x.byName.insert(pfx, r)
 	ca := x.cluster(r.cid)
 	ca.rows.add(r.rid, x.maxRows())
 	kp := ca.byKind[r.kind.kid]
@@ -156,7 +155,6 @@ func (x *objIndex) insert(r *objRow) {
 
 // remove deletes r from every index and frees its row id.
 func (x *objIndex) remove(r *objRow) {
-	x.byName.remove(x.pfx[r.rid], r.rid)
 	delete(x.byKey, r.key)
 	x.msgs.release(r.message)
 	ca := x.byCluster[r.cid]
@@ -175,6 +173,7 @@ func (x *objIndex) remove(r *objRow) {
 	x.removeLabels(r.rid, r.labels)
 	x.rows[r.rid] = nil
 	x.free = append(x.free, r.rid)
+	x.byName.remove()
 }
 
 // update swaps old for r, which has the same key, touching only the
@@ -257,11 +256,9 @@ func (x *objIndex) addCounts(r *objRow, ca *clusterAgg, na *nsAgg, d int32) {
 func (x *objIndex) addLabels(rid uint32, pairs []uint32) {
 	n := x.maxRows()
 	for _, pid := range pairs {
-		if int(pid) >= len(x.pairPost) {
-			x.pairPost = slices.Grow(x.pairPost, int(pid)+1-len(x.pairPost))[:pid+1]
-		}
-		x.pairPost[pid].add(rid, n)
-		kid := x.labels.pairs[pid].kid
+		lp := &x.labels.pairs[pid]
+		lp.rows.add(rid, n)
+		kid := lp.kid
 		if int(kid) >= len(x.keyPost) {
 			x.keyPost = slices.Grow(x.keyPost, int(kid)+1-len(x.keyPost))[:kid+1]
 		}
@@ -271,8 +268,9 @@ func (x *objIndex) addLabels(rid uint32, pairs []uint32) {
 
 func (x *objIndex) removeLabels(rid uint32, pairs []uint32) {
 	for _, pid := range pairs {
-		x.pairPost[pid].remove(rid)
-		x.keyPost[x.labels.pairs[pid].kid].remove(rid)
+		lp := &x.labels.pairs[pid]
+		lp.rows.remove(rid)
+		x.keyPost[lp.kid].remove(rid)
 	}
 }
 

@@ -138,7 +138,14 @@ func (x *objIndex) buildRow(o *Object, key string) *objRow {
 // object materializes the row as an Object. It must be called with the
 // read lock held (the dictionaries are read).
 func (x *objIndex) object(r *objRow) *Object {
-	o := &Object{
+	o := &Object{}
+	x.fillObject(o, r)
+	return o
+}
+
+// fillObject sets *o to the Object of a row, under the read lock.
+func (x *objIndex) fillObject(o *Object, r *objRow) {
+	*o = Object{
 		Cluster:         x.clusters.str(r.cid),
 		Namespace:       x.namespaces.str(r.nsid),
 		Group:           r.kind.Group,
@@ -161,5 +168,4 @@ func (x *objIndex) object(r *objRow) *Object {
 			o.Labels[x.labels.key(id)] = x.labels.value(id)
 		}
 	}
-	return o
 }

@@ -2,13 +2,14 @@ package index
 
 import "k8s.io/apimachinery/pkg/selection"
 
-// source enumerates candidate rows for a query. est is its exact size
-// (rows it will yield); exact means every row it yields matches the filter
-// and is visible, so the count needs no scan.
+// source enumerates candidate rows for a query, by row id, so that
+// callers can look at compact per-id data (the name prefix) before loading
+// a row. est is its exact size (rows it will yield); exact means every row
+// it yields matches the filter and is visible, so the count needs no scan.
 type source struct {
 	est   int
 	exact bool
-	each  func(fn func(*objRow) bool)
+	each  func(fn func(rid uint32) bool)
 }
 
 // bestSource returns the smallest candidate source for the plan.
@@ -31,9 +32,9 @@ func (p *plan) bestSource() source {
 }
 
 // eachRow yields every live row.
-func (x *objIndex) eachRow(fn func(*objRow) bool) {
-	for _, r := range x.rows {
-		if r != nil && !fn(r) {
+func (x *objIndex) eachRow(fn func(rid uint32) bool) {
+	for rid, r := range x.rows {
+		if r != nil && !fn(uint32(rid)) {
 			return
 		}
 	}
@@ -45,9 +46,9 @@ func (x *objIndex) unionSource(lists []*postings) source {
 	for _, l := range lists {
 		n += l.len()
 	}
-	return source{est: n, each: func(fn func(*objRow) bool) {
+	return source{est: n, each: func(fn func(rid uint32) bool) {
 		for _, l := range lists {
-			if !l.each(func(rid uint32) bool { return fn(x.rows[rid]) }) {
+			if !l.each(fn) {
 				return
 			}
 		}
@@ -125,9 +126,7 @@ func (p *plan) labelSource() (source, bool) {
 			continue
 		case lr.op == selection.Equals || lr.op == selection.DoubleEquals || lr.op == selection.In:
 			for pid := range lr.pids {
-				if int(pid) < len(x.pairPost) {
-					lists = append(lists, &x.pairPost[pid])
-				}
+				lists = append(lists, &x.labels.pairs[pid].rows)
 			}
 		case lr.op == selection.Exists || lr.op == selection.GreaterThan || lr.op == selection.LessThan:
 			if int(lr.key) < len(x.keyPost) {
@@ -194,9 +193,9 @@ func (p *plan) accessSource(limit int) (source, bool) {
 			return source{}, false
 		}
 	}
-	return source{est: est, each: func(fn func(*objRow) bool) {
+	return source{est: est, each: func(fn func(rid uint32) bool) {
 		for _, pt := range parts {
-			if !p.eachInCluster(pt.cid, pt.ca, fn) {
+			if !p.eachInCluster(pt.cid, pt.ca, func(r *objRow) bool { return fn(r.rid) }) {
 				return
 			}
 		}

@@ -101,6 +101,7 @@ type scopeKey struct{ scope, cluster string }
 func (s *Store) write(fn func(w *writeTxn) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.x.byName.flush()
 	txn := s.db.Txn(true)
 	defer txn.Abort()
 	w := &writeTxn{s: s, txn: txn, now: unixNano(s.clock()), seq: s.seq}
