@@ -260,6 +260,12 @@ func (r gqlResponse) code() string {
 // returns the status and the decoded body.
 func (f *fixture) post(user, query string, vars map[string]any) (int, gqlResponse) {
 	f.t.Helper()
+	return f.decode(f.rawPost(user, query, vars))
+}
+
+// rawPost returns the status and exact body of a query.
+func (f *fixture) rawPost(user, query string, vars map[string]any) (int, []byte) {
+	f.t.Helper()
 	body, err := json.Marshal(map[string]any{"query": query, "variables": vars})
 	must(f.t, err)
 	req, err := http.NewRequest(http.MethodPost, f.srv.URL+"/graphql", bytes.NewReader(body))
@@ -272,21 +278,33 @@ func (f *fixture) post(user, query string, vars map[string]any) (int, gqlRespons
 		}
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
-	return f.do(req)
+	return f.send(req)
 }
 
-func (f *fixture) do(req *http.Request) (int, gqlResponse) {
+// send sends a request and returns the status and body.
+func (f *fixture) send(req *http.Request) (int, []byte) {
 	f.t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	must(f.t, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	must(f.t, err)
+	return resp.StatusCode, b
+}
+
+func (f *fixture) do(req *http.Request) (int, gqlResponse) {
+	f.t.Helper()
+	return f.decode(f.send(req))
+}
+
+// decode parses a GraphQL response body.
+func (f *fixture) decode(status int, b []byte) (int, gqlResponse) {
+	f.t.Helper()
 	var out gqlResponse
 	if err := json.Unmarshal(b, &out); err != nil {
-		f.t.Fatalf("decoding %d response %q: %v", resp.StatusCode, b, err)
+		f.t.Fatalf("decoding %d response %q: %v", status, b, err)
 	}
-	return resp.StatusCode, out
+	return status, out
 }
 
 // query posts as user and fails the test on any error; it decodes data

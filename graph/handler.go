@@ -4,10 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"log/slog"
-	"mime"
 	"net/http"
 	"sync"
 	"time"
@@ -16,7 +14,6 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
-	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/99designs/gqlgen/graphql/playground"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/vektah/gqlparser/v2/ast"
@@ -70,14 +67,15 @@ func NewHandler(opts Options) (*Handler, error) {
 	h.hub = newHub(opts.Store, opts.Logger, m)
 	h.svc = &service{
 		store: opts.Store, authz: opts.Authorizer, authn: opts.Authenticator, leaf: opts.LeafClients,
-		adminGroups: opts.AdminGroups, allAccess: allFleet(), hub: h.hub, metrics: m, log: opts.Logger,
+		adminGroups: opts.AdminGroups, allAccess: allFleet(), accessCache: newAccessCache(opts.Store, opts.Authorizer), hub: h.hub, metrics: m, log: opts.Logger,
 		subBuffer: opts.SubscriptionBuffer, epoch: binary.LittleEndian.Uint64(seed[:]), now: time.Now,
 	}
 
+	h.svc.buffers.New = func() any { b := make([]byte, 0, 64<<10); return &b }
 	es := generated.NewExecutableSchema(generated.Config{Resolvers: &Resolver{svc: h.svc}, Complexity: complexityRoot()})
 	srv := handler.New(es)
 	srv.AddTransport(h.wsTransport())
-	srv.AddTransport(transport.POST{})
+	srv.AddTransport(postTransport{})
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	srv.SetParserTokenLimit(opts.Limits.MaxTokens)
 	srv.SetErrorPresenter(presentError(opts.Logger))
@@ -88,6 +86,7 @@ func NewHandler(opts Options) (*Handler, error) {
 	srv.Use(&operationLimits{maxDepth: opts.Limits.MaxDepth, maxAliases: opts.Limits.MaxAliases, maxComplexity: opts.Limits.MaxComplexity})
 	srv.Use(operationMetrics{m: m})
 	srv.Use(subscriptionEnd{})
+	srv.AroundRootFields(h.svc.fastObjects())
 	srv.AroundOperations(func(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
 		return next(withOperation(ctx))
 	})
@@ -115,7 +114,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // endpoint serves /graphql: websocket upgrades (origin check, then the
 // token in connection_init) and POST (bearer token, body cap).
 func (h *Handler) endpoint(srv *handler.Server) http.Handler {
-	post := h.requireAuth(h.limitBody(specStatus(srv)))
+	post := h.requireAuth(h.limitBody(srv))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isUpgradeRequest(r) {
 			if h.isClosed() {
@@ -253,71 +252,3 @@ func (u *upgradeWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController and coder/websocket find the
 // hijacker.
 func (u *upgradeWriter) Unwrap() http.ResponseWriter { return u.ResponseWriter }
-
-// specStatus adjusts gqlgen's answers to documents that cannot run (parse,
-// validation, limit and variable errors) to the GraphQL over HTTP spec,
-// which gqlgen does not quite follow:
-//
-//   - with Content-Type application/json the status is 200, not gqlgen's
-//     422, since legacy clients only read bodies of 200 answers;
-//   - with application/graphql-response+json the status stays 4xx and the
-//     body has no "data" entry, as no execution happened.
-//
-// Bodies of successful answers pass through untouched.
-func specStatus(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(&specWriter{ResponseWriter: w}, r)
-	})
-}
-
-type specWriter struct {
-	http.ResponseWriter
-	status  int
-	written bool
-}
-
-func (s *specWriter) WriteHeader(code int) {
-	if s.status == 0 {
-		s.status = code
-	}
-}
-
-func (s *specWriter) Write(b []byte) (int, error) {
-	if !s.written {
-		s.written = true
-		if s.status == 0 {
-			s.status = http.StatusOK
-		}
-		mediaType, _, _ := mime.ParseMediaType(s.Header().Get("Content-Type"))
-		switch {
-		case s.status == http.StatusUnprocessableEntity && mediaType == "application/json":
-			s.status = http.StatusOK
-		case s.status >= 400 && mediaType == "application/graphql-response+json":
-			if trimmed, ok := withoutNullData(b); ok {
-				n := len(b)
-				s.ResponseWriter.WriteHeader(s.status)
-				_, err := s.ResponseWriter.Write(trimmed)
-				return n, err
-			}
-		}
-		s.ResponseWriter.WriteHeader(s.status)
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the real writer.
-func (s *specWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
-
-// withoutNullData removes a null "data" entry from a JSON response body.
-func withoutNullData(b []byte) ([]byte, bool) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, false
-	}
-	if d, ok := m["data"]; !ok || string(d) != "null" {
-		return nil, false
-	}
-	delete(m, "data")
-	out, err := json.Marshal(m)
-	return out, err == nil
-}

@@ -60,10 +60,24 @@ type hub struct {
 }
 
 // route lists the subscribers of one cluster's object events: those that
-// want the whole cluster and those that want some namespaces.
+// want the whole cluster and those that want some namespaces. Slices, not
+// sets: most lists are short, and a subscriber costs a pointer in each.
 type route struct {
-	whole map[*subscriber]struct{}
-	byNS  map[string]map[*subscriber]struct{}
+	whole []*subscriber
+	byNS  map[string][]*subscriber
+}
+
+// without removes s from list, not keeping the order.
+func without(list []*subscriber, s *subscriber) []*subscriber {
+	for i, x := range list {
+		if x == s {
+			last := len(list) - 1
+			list[i] = list[last]
+			list[last] = nil
+			return list[:last]
+		}
+	}
+	return list
 }
 
 func newHub(store *index.Store, log *slog.Logger, m *metrics) *hub {
@@ -405,19 +419,14 @@ func (h *hub) routeLocked(s *subscriber, cluster string, in interest) {
 	}
 	r := h.routes[cluster]
 	if r == nil {
-		r = &route{whole: map[*subscriber]struct{}{}, byNS: map[string]map[*subscriber]struct{}{}}
+		r = &route{byNS: map[string][]*subscriber{}}
 		h.routes[cluster] = r
 	}
 	if in.whole {
-		r.whole[s] = struct{}{}
+		r.whole = append(r.whole, s)
 	} else {
 		for _, ns := range in.namespaces {
-			set := r.byNS[ns]
-			if set == nil {
-				set = map[*subscriber]struct{}{}
-				r.byNS[ns] = set
-			}
-			set[s] = struct{}{}
+			r.byNS[ns] = append(r.byNS[ns], s)
 		}
 	}
 	if s.interests == nil {
@@ -438,14 +447,13 @@ func (h *hub) unrouteLocked(s *subscriber, cluster string) {
 		return
 	}
 	if in.whole {
-		delete(r.whole, s)
+		r.whole = without(r.whole, s)
 	}
 	for _, ns := range in.namespaces {
-		if set := r.byNS[ns]; set != nil {
-			delete(set, s)
-			if len(set) == 0 {
-				delete(r.byNS, ns)
-			}
+		if list := without(r.byNS[ns], s); len(list) > 0 {
+			r.byNS[ns] = list
+		} else {
+			delete(r.byNS, ns)
 		}
 	}
 	if len(r.whole) == 0 && len(r.byNS) == 0 {
@@ -496,11 +504,11 @@ func (h *hub) routeEventLocked(ev *index.Event) {
 		if r == nil {
 			return
 		}
-		for s := range r.whole {
+		for _, s := range r.whole {
 			s.push(ev)
 		}
 		if len(r.byNS) > 0 {
-			for s := range r.byNS[ev.Object().Namespace] {
+			for _, s := range r.byNS[ev.Object().Namespace] {
 				s.push(ev)
 			}
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fleetgraph/fleetgraph/authz"
@@ -21,11 +23,15 @@ type service struct {
 	leaf        LeafClients
 	adminGroups []string
 	allAccess   *index.Access
+	accessCache *accessCache
 	hub         *hub
 	metrics     *metrics
 	log         *slog.Logger
 	subBuffer   int
 	epoch       uint64 // random per handler; part of change cursors
+	noFastPath  bool   // tests: serve objects through gqlgen's generated code
+	fastServed  atomic.Int64
+	buffers     sync.Pool // *[]byte for the objects fast path
 	now         func() time.Time
 }
 
@@ -38,9 +44,34 @@ func indexError(err error) error {
 	return err
 }
 
-// objects answers Query.objects: one page of visible objects, filtered
+// objectsPage is one page of Query.objects before conversion: the index's
+// page and what the client asked for.
+type objectsPage struct {
+	*index.Page
+	first    int  // edges requested; 0 asks for counts only
+	hasAfter bool // the request carried a cursor
+	changes  string
+}
+
+// edges returns the edges to answer with.
+func (p *objectsPage) edges() []index.Edge {
+	if p.first == 0 {
+		return nil
+	}
+	return p.Edges
+}
+
+// hasNextPage is PageInfo.hasNextPage.
+func (p *objectsPage) hasNextPage() bool {
+	if p.first == 0 {
+		return len(p.Edges) > 0
+	}
+	return p.HasNextPage
+}
+
+// queryObjects runs Query.objects: one page of visible objects, filtered
 // through the viewer's access before pagination and counting.
-func (s *service) objects(ctx context.Context, filter *model.ObjectFilter, orderBy *model.ObjectOrder, first *int, after *string) (*model.ObjectConnection, error) {
+func (s *service) queryObjects(ctx context.Context, filter *model.ObjectFilter, orderBy *model.ObjectOrder, first *int, after *string) (*objectsPage, error) {
 	v, err := viewerFrom(ctx)
 	if err != nil {
 		return nil, err
@@ -60,22 +91,25 @@ func (s *service) objects(ctx context.Context, filter *model.ObjectFilter, order
 	if err != nil {
 		return nil, indexError(err)
 	}
+	return &objectsPage{Page: page, first: n, hasAfter: q.After != "", changes: s.encodeChangeCursor(page.Seq)}, nil
+}
+
+// objects answers Query.objects through gqlgen's generated code (the fast
+// path, fast.go, writes the same page directly).
+func (s *service) objects(ctx context.Context, filter *model.ObjectFilter, orderBy *model.ObjectOrder, first *int, after *string) (*model.ObjectConnection, error) {
+	p, err := s.queryObjects(ctx, filter, orderBy, first, after)
+	if err != nil {
+		return nil, err
+	}
+	edges := p.edges()
 	out := &model.ObjectConnection{
-		Edges:         make([]*model.ObjectEdge, 0, len(page.Edges)),
-		TotalCount:    page.TotalCount,
-		StaleClusters: nonNil(page.StaleClusters),
-		ChangesCursor: s.encodeChangeCursor(page.Seq),
-		PageInfo: &model.PageInfo{
-			HasNextPage:     page.HasNextPage,
-			HasPreviousPage: q.After != "",
-		},
+		Edges:         make([]*model.ObjectEdge, 0, len(edges)),
+		TotalCount:    p.TotalCount,
+		StaleClusters: nonNil(p.StaleClusters),
+		ChangesCursor: p.changes,
+		PageInfo:      &model.PageInfo{HasNextPage: p.hasNextPage(), HasPreviousPage: p.hasAfter},
 	}
-	if n == 0 {
-		// first: 0 asks for counts only.
-		out.PageInfo.HasNextPage = len(page.Edges) > 0
-		return out, nil
-	}
-	for _, e := range page.Edges {
+	for _, e := range edges {
 		out.Edges = append(out.Edges, &model.ObjectEdge{Cursor: e.Cursor, Node: toObject(e.Object, e.Stale)})
 	}
 	if len(out.Edges) > 0 {

@@ -1,0 +1,594 @@
+package graph
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/fleetgraph/fleetgraph/authz"
+	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/index/indextest"
+)
+
+// BenchmarkGraphFleet is `make bench-graph`. Over real HTTP and websockets
+// on loopback, on the index's synthetic 1M-object fleet with real RBAC rows
+// and static-token users, it measures:
+//
+//   - Q3 (Kustomizations that are UNHEALTHY, first 100, by name) over HTTP
+//     POST for a restricted viewer bound in 200 namespaces of every
+//     cluster: p50 and p99 of 2,000 sequential requests;
+//   - 1,000 objectChanges subscribers with distinct identities (each may
+//     list 10 namespaces of one cluster), held by a separate client process
+//     so that the heap figure is the server's alone: the server's live heap
+//     per subscriber, and the p99 delay from commit (the row's updatedAt,
+//     stamped by the index) to the client reading the event, under 1,000
+//     changes per second to random objects of the fleet.
+//
+// It prints one line:
+//
+//	graph: objects=1000000 http_q3_p50_us=.. http_q3_p99_us=.. subscribers=1000 changes_per_s=1000 fanout_p99_ms=.. heap_per_subscriber_kib=..
+//
+// changes_per_s is the rate of change events the index actually published.
+// FLEETGRAPH_BENCH_SMALL=1 runs a 100k-object, 100-subscriber version for a
+// quick check.
+func BenchmarkGraphFleet(b *testing.B) {
+	p := benchParamsFromEnv()
+	if os.Getenv("FLEETGRAPH_BENCH_HEAPPROFILE") != "" {
+		runtime.MemProfileRate = 256
+	}
+	ctx := context.Background()
+	store := index.New()
+	start := time.Now()
+	must(b, benchIngest(ctx, store, p))
+	b.Logf("ingested %d objects and RBAC for %d viewers in %v", p.fleet.Size(), p.subscribers+1, time.Since(start))
+
+	tokens := map[string]string{}
+	var csv strings.Builder
+	for _, u := range append([]string{"viewer-q3"}, benchSubscriberNames(p.subscribers)...) {
+		tokens[u] = "tok-" + u
+		fmt.Fprintf(&csv, "tok-%s,%s,uid-%s\n", u, u, u)
+	}
+	st, err := authz.ParseStaticTokens(strings.NewReader(csv.String()), "bench tokens")
+	must(b, err)
+	h, err := NewHandler(Options{
+		Store: store, Authorizer: authz.NewAuthorizer(store, authz.Options{}),
+		Authenticator: &authz.Union{Authenticators: []authz.Authenticator{st}},
+		Logger:        testLogger(b),
+	})
+	must(b, err)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	defer func() {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		_ = h.Close(cctx)
+	}()
+
+	clients := startBenchClients(b, srv.URL, tokens, p.subscribers)
+	if path := os.Getenv("FLEETGRAPH_BENCH_Q3_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		must(b, err)
+		must(b, pprof.StartCPUProfile(f))
+		defer f.Close()
+	}
+	cpu0 := cpuTime()
+	q3 := clients.q3(b, tokens["viewer-q3"], p.queries)
+	serverCPU := (cpuTime() - cpu0) / time.Duration(p.queries+min(p.queries/10, 100))
+	pprof.StopCPUProfile()
+	p50, p99 := time.Duration(q3.P50*1e6), time.Duration(q3.P99*1e6)
+	b.Logf("Q3 over HTTP: p50 %v p99 %v; server CPU per query %v", p50, p99, serverCPU)
+
+	heapBefore := liveHeap()
+	if path := os.Getenv("FLEETGRAPH_BENCH_HEAPPROFILE"); path != "" {
+		f, err := os.Create(path + ".before")
+		must(b, err)
+		must(b, pprof.Lookup("heap").WriteTo(f, 0))
+		must(b, f.Close())
+	}
+	clients.subscribe(b)
+	waitHub(b, h, p.subscribers)
+	time.Sleep(time.Second) // let the pumps compute their routes
+	heapPerSub := float64(liveHeap()-heapBefore) / float64(p.subscribers)
+	if path := os.Getenv("FLEETGRAPH_BENCH_HEAPPROFILE"); path != "" {
+		f, err := os.Create(path)
+		must(b, err)
+		must(b, pprof.Lookup("heap").WriteTo(f, 0))
+		must(b, f.Close())
+	}
+	b.Logf("server heap per subscriber: %.0f bytes", heapPerSub)
+
+	rate := benchChurn(ctx, b, store, p)
+	lat := clients.stop(b)
+	b.Logf("fan-out: %d deliveries, p50 %.1f ms, p99 %.1f ms, max %.1f ms", lat.Count, lat.P50, lat.P99, lat.Max)
+	if lat.Count == 0 {
+		b.Fatal("no event reached a subscriber")
+	}
+
+	us := func(d time.Duration) string { return strconv.FormatFloat(float64(d.Nanoseconds())/1e3, 'f', 1, 64) }
+	fmt.Printf("graph: objects=%d http_q3_p50_us=%s http_q3_p99_us=%s subscribers=%d changes_per_s=%.0f fanout_p99_ms=%.1f heap_per_subscriber_kib=%.1f\n",
+		p.fleet.Size(), us(p50), us(p99), p.subscribers, rate, lat.P99, heapPerSub/1024)
+	b.ReportMetric(float64(serverCPU.Microseconds()), "q3_server_cpu_us")
+	b.ReportMetric(float64(p50.Microseconds()), "q3_p50_us")
+	b.ReportMetric(float64(p99.Microseconds()), "q3_p99_us")
+	b.ReportMetric(lat.P99, "fanout_p99_ms")
+	b.ReportMetric(heapPerSub/1024, "heap_KiB/subscriber")
+}
+
+// BenchmarkQueryQ3 is Q3 over HTTP POST alone, on a 100k-object fleet, for
+// profiling the query path (go test -bench QueryQ3 -cpuprofile ...): one
+// op is one request and its response, decoded by the client.
+func BenchmarkQueryQ3(b *testing.B) {
+	p := benchParams{fleet: indextest.Fleet{Clusters: 10, Namespaces: 1000, PerNamespace: 10, Seed: 1}}
+	store := index.New()
+	must(b, benchIngest(context.Background(), store, p))
+	st, err := authz.ParseStaticTokens(strings.NewReader("tok,viewer-q3,uid\n"), "bench tokens")
+	must(b, err)
+	h, err := NewHandler(Options{
+		Store: store, Authorizer: authz.NewAuthorizer(store, authz.Options{}),
+		Authenticator: &authz.Union{Authenticators: []authz.Authenticator{st}}, Logger: testLogger(b),
+	})
+	must(b, err)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	q := newQ3Client(b, srv.URL, "tok")
+	q.do(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		q.do(b)
+	}
+}
+
+type benchParams struct {
+	fleet       indextest.Fleet
+	subscribers int
+	rate        int
+	churnFor    time.Duration
+	queries     int
+}
+
+func benchParamsFromEnv() benchParams {
+	if os.Getenv("FLEETGRAPH_BENCH_SMALL") != "" {
+		return benchParams{
+			fleet:       indextest.Fleet{Clusters: 10, Namespaces: 1000, PerNamespace: 10, Seed: 1},
+			subscribers: 100, rate: 1000, churnFor: 5 * time.Second, queries: 300,
+		}
+	}
+	return benchParams{fleet: indextest.DefaultFleet(), subscribers: 1000, rate: 1000, churnFor: 20 * time.Second, queries: 2000}
+}
+
+func benchSubscriberNames(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("sub-%04d", i)
+	}
+	return out
+}
+
+// benchIngest fills the store cluster by cluster through the Sink (Replace
+// per kind, so the kinds are recorded as discovery would), with a ClusterRole
+// that may read every fleet kind and RoleBindings for the viewers:
+// viewer-q3 in every fifth namespace (200 of 1,000) of every cluster;
+// subscriber i in 10 namespaces of cluster i mod clusters.
+func benchIngest(ctx context.Context, s *index.Store, p benchParams) error {
+	f := p.fleet
+	per := f.Namespaces * f.PerNamespace
+	byGroup := map[string][]string{}
+	for _, k := range indextest.Kinds {
+		byGroup[k.Group] = append(byGroup[k.Group], k.Resource)
+	}
+	var rules []index.PolicyRule
+	for g, res := range byGroup {
+		rules = append(rules, index.PolicyRule{Verbs: []string{"get", "list", "watch"}, APIGroups: []string{g}, Resources: res})
+	}
+	for c := range f.Clusters {
+		name := indextest.ClusterName(c)
+		byKind := make([][]index.Object, len(indextest.Kinds))
+		for i := c * per; i < (c+1)*per; i++ {
+			k := f.KindOf(i)
+			byKind[k] = append(byKind[k], f.Object(i))
+		}
+		for k, rows := range byKind {
+			if err := s.Replace(ctx, name, indextest.Kinds[k], rows); err != nil {
+				return err
+			}
+		}
+		if err := s.Replace(ctx, name, clusterRoleKind, []index.Object{clusterRole(name, "fleet-view", rules...)}); err != nil {
+			return err
+		}
+		var bindings []index.Object
+		for j := range min(200, f.Namespaces) {
+			ns := indextest.NamespaceName(j * 5 % f.Namespaces)
+			bindings = append(bindings, binding(name, ns, "q3", index.KindClusterRole, "fleet-view", userSubject("viewer-q3")))
+		}
+		for i := c; i < p.subscribers; i += f.Clusters {
+			base := (i / f.Clusters) * 10
+			for j := range 10 {
+				ns := indextest.NamespaceName((base + j) % f.Namespaces)
+				bindings = append(bindings, binding(name, ns, fmt.Sprintf("sub-%04d", i), index.KindClusterRole, "fleet-view", userSubject(fmt.Sprintf("sub-%04d", i))))
+			}
+		}
+		if err := s.Replace(ctx, name, rbKind, bindings); err != nil {
+			return err
+		}
+		if err := s.UpsertCluster(ctx, index.Cluster{Name: name, Mode: index.ModePull, State: index.StateConnected, Since: time.Now(), Synced: true}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+const benchQ3Query = `query($f: ObjectFilter) { objects(filter: $f, first: 100) { totalCount
+  edges { cursor node { id cluster namespace kind name status message labels { key value } updatedAt } } } }`
+
+// q3Client sends Q3 over HTTP POST with a keep-alive connection.
+type q3Client struct {
+	client     *http.Client
+	url, token string
+	body       []byte
+}
+
+func newQ3Client(tb testing.TB, url, token string) *q3Client {
+	body, err := json.Marshal(map[string]any{"query": benchQ3Query, "variables": map[string]any{
+		"f": map[string]any{"kinds": []string{"Kustomization"}, "statuses": []string{"UNHEALTHY"}},
+	}})
+	must(tb, err)
+	return &q3Client{client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}, url: url + "/graphql", token: token, body: body}
+}
+
+// do sends one request and checks that the answer is a full page (or all
+// matches, when fewer).
+func (q *q3Client) do(tb testing.TB) {
+	req, err := http.NewRequest(http.MethodPost, q.url, bytes.NewReader(q.body))
+	must(tb, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+q.token)
+	resp, err := q.client.Do(req)
+	must(tb, err)
+	var r struct {
+		Data struct {
+			Objects struct {
+				TotalCount int
+				Edges      []json.RawMessage
+			}
+		}
+		Errors []gqlErr
+	}
+	err = json.NewDecoder(resp.Body).Decode(&r)
+	resp.Body.Close()
+	must(tb, err)
+	if resp.StatusCode != http.StatusOK || len(r.Errors) > 0 || r.Data.Objects.TotalCount == 0 || len(r.Data.Objects.Edges) != min(100, r.Data.Objects.TotalCount) {
+		tb.Fatalf("Q3: status %d, %d edges of %d, errors %+v", resp.StatusCode, len(r.Data.Objects.Edges), r.Data.Objects.TotalCount, r.Errors)
+	}
+}
+
+// benchChurn applies changes to random objects at p.rate per second for
+// p.churnFor and returns the rate of change events actually published.
+func benchChurn(ctx context.Context, b *testing.B, s *index.Store, p benchParams) float64 {
+	rnd := rand.New(rand.NewPCG(5, 6))
+	const tick = 10 * time.Millisecond
+	perTick := max(1, p.rate/int(time.Second/tick))
+	before := s.FeedStats().Published
+	start := time.Now()
+	next := start
+	version := 1
+	for time.Since(start) < p.churnFor {
+		// Some new versions equal the stored row (the generator's status
+		// and message can repeat), which the index does not publish: keep
+		// writing until the tick's changes are published.
+		want := s.FeedStats().Published + uint64(perTick)
+		for tries := 0; s.FeedStats().Published < want && tries < 4*perTick; tries++ {
+			must(b, s.Upsert(ctx, p.fleet.Version(rnd.IntN(p.fleet.Size()), version)))
+			version++
+		}
+		next = next.Add(tick)
+		if w := time.Until(next); w > 0 {
+			time.Sleep(w)
+		}
+	}
+	rate := float64(s.FeedStats().Published-before) / time.Since(start).Seconds()
+	if rate < 0.9*float64(p.rate) {
+		fmt.Fprintf(os.Stderr, "bench-graph: churn reached only %.0f changes/s of %d\n", rate, p.rate)
+	}
+	time.Sleep(500 * time.Millisecond) // let the last events arrive
+	return rate
+}
+
+// cpuTime returns the process's user+system CPU time. On a shared, loaded
+// machine, CPU per query separates the cost of the code from time spent
+// waiting for a core.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// liveHeap returns the live heap after a full collection.
+func liveHeap() int64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+func waitHub(b *testing.B, h *Handler, n int) {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		h.hub.mu.Lock()
+		got := len(h.hub.subs)
+		h.hub.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("only %d of %d subscribers registered", got, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// benchClients is the client process: this test binary again, running
+// TestGraphBenchClients, so that neither the clients' CPU nor their heap
+// counts as the server's. It takes commands on stdin:
+//
+//	q3 <token> <n>   time n sequential Q3 queries (after a warm-up);
+//	                 answers "benchclient: q3 {...}"
+//	subscribe        open one objectChanges subscription per token of the
+//	                 tokens file; answers "benchclient: ready"
+//	(end of input)   close everything; answers "benchclient: stats {...}"
+type benchClients struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines *bufio.Scanner
+}
+
+// latencyStats is what the client process reports, in milliseconds.
+type latencyStats struct {
+	Count         int
+	P50, P99, Max float64
+}
+
+func startBenchClients(b *testing.B, url string, tokens map[string]string, n int) *benchClients {
+	var list strings.Builder
+	for _, u := range benchSubscriberNames(n) {
+		list.WriteString(tokens[u] + "\n")
+	}
+	path := filepath.Join(b.TempDir(), "tokens")
+	must(b, os.WriteFile(path, []byte(list.String()), 0o600))
+	cmd := exec.Command(os.Args[0], "-test.run=^TestGraphBenchClients$", "-test.bench=^$", "-test.v")
+	cmd.Env = append(os.Environ(), "FLEETGRAPH_BENCH_CLIENT_URL="+url, "FLEETGRAPH_BENCH_CLIENT_TOKENS="+path)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	must(b, err)
+	stdout, err := cmd.StdoutPipe()
+	must(b, err)
+	must(b, cmd.Start())
+	return &benchClients{cmd: cmd, stdin: stdin, lines: bufio.NewScanner(stdout)}
+}
+
+// answer waits for the client process's line with a prefix.
+func (c *benchClients) answer(b *testing.B, prefix string) string {
+	for c.lines.Scan() {
+		if rest, ok := strings.CutPrefix(c.lines.Text(), "benchclient: "+prefix); ok {
+			return strings.TrimSpace(rest)
+		}
+	}
+	_ = c.cmd.Wait()
+	b.Fatalf("the client process ended before answering %q", prefix)
+	return ""
+}
+
+func (c *benchClients) q3(b *testing.B, token string, n int) latencyStats {
+	_, err := fmt.Fprintf(c.stdin, "q3 %s %d\n", token, n)
+	must(b, err)
+	var st latencyStats
+	must(b, json.Unmarshal([]byte(c.answer(b, "q3")), &st))
+	return st
+}
+
+func (c *benchClients) subscribe(b *testing.B) {
+	_, err := fmt.Fprintln(c.stdin, "subscribe")
+	must(b, err)
+	c.answer(b, "ready")
+}
+
+// stop ends the client process and returns the subscribers' delays.
+func (c *benchClients) stop(b *testing.B) latencyStats {
+	must(b, c.stdin.Close())
+	var st latencyStats
+	must(b, json.Unmarshal([]byte(c.answer(b, "stats")), &st))
+	must(b, c.cmd.Wait())
+	return st
+}
+
+// percentiles summarizes delays in milliseconds.
+func percentiles(ms []float64) latencyStats {
+	slices.Sort(ms)
+	st := latencyStats{Count: len(ms)}
+	if len(ms) > 0 {
+		st.P50, st.P99, st.Max = ms[len(ms)/2], ms[len(ms)*99/100], ms[len(ms)-1]
+	}
+	return st
+}
+
+// TestGraphBenchClients is the client side of BenchmarkGraphFleet; it runs
+// only in the process the benchmark starts (see benchClients).
+func TestGraphBenchClients(t *testing.T) {
+	url, path := os.Getenv("FLEETGRAPH_BENCH_CLIENT_URL"), os.Getenv("FLEETGRAPH_BENCH_CLIENT_TOKENS")
+	if url == "" || path == "" {
+		t.Skip("runs only as the client process of BenchmarkGraphFleet")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		lat   []float64
+		wg    sync.WaitGroup
+		conns []*websocket.Conn
+	)
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		cmd := strings.Fields(in.Text())
+		switch {
+		case len(cmd) == 3 && cmd[0] == "q3":
+			n, err := strconv.Atoi(cmd[2])
+			must(t, err)
+			b, err := json.Marshal(timeQ3(t, url, cmd[1], n))
+			must(t, err)
+			fmt.Println("benchclient: q3 " + string(b))
+		case len(cmd) == 1 && cmd[0] == "subscribe":
+			raw, err := os.ReadFile(path)
+			must(t, err)
+			conns = subscribeAll(t, ctx, url, strings.Fields(string(raw)))
+			for _, c := range conns {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					benchRead(ctx, c, func(ms float64) {
+						mu.Lock()
+						lat = append(lat, ms)
+						mu.Unlock()
+					})
+				}()
+			}
+			fmt.Println("benchclient: ready")
+		default:
+			t.Fatalf("unknown command %q", in.Text())
+		}
+	}
+	cancel()
+	for _, c := range conns {
+		_ = c.CloseNow()
+	}
+	wg.Wait()
+	b, err := json.Marshal(percentiles(lat))
+	must(t, err)
+	fmt.Println("benchclient: stats " + string(b))
+}
+
+// timeQ3 times n sequential Q3 queries after a warm-up.
+func timeQ3(t *testing.T, url, token string, n int) latencyStats {
+	q := newQ3Client(t, url, token)
+	defer q.client.CloseIdleConnections()
+	for range min(n/10, 100) {
+		q.do(t)
+	}
+	ms := make([]float64, n)
+	for i := range ms {
+		start := time.Now()
+		q.do(t)
+		ms[i] = float64(time.Since(start).Nanoseconds()) / 1e6
+	}
+	return percentiles(ms)
+}
+
+// subscribeAll opens one subscription per token, 32 at a time.
+func subscribeAll(t *testing.T, ctx context.Context, url string, tokens []string) []*websocket.Conn {
+	wsURL := "ws" + strings.TrimPrefix(url, "http") + "/graphql"
+	conns := make([]*websocket.Conn, len(tokens))
+	errs := make(chan error, len(tokens))
+	sem := make(chan struct{}, 32)
+	var wg sync.WaitGroup
+	for i, tok := range tokens {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			c, err := benchSubscribe(ctx, wsURL, tok)
+			if err != nil {
+				errs <- err
+				return
+			}
+			conns[i] = c
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return conns
+}
+
+// benchSubscribe opens a graphql-transport-ws connection and subscribes to
+// every visible object change.
+func benchSubscribe(ctx context.Context, url, token string) (*websocket.Conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	c, _, err := websocket.Dial(dctx, url, &websocket.DialOptions{Subprotocols: []string{"graphql-transport-ws"}})
+	if err != nil {
+		return nil, fmt.Errorf("dial: %w", err)
+	}
+	send := func(v any) error {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		return c.Write(dctx, websocket.MessageText, b)
+	}
+	if err := send(map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer " + token}}); err != nil {
+		return nil, err
+	}
+	if _, msg, err := c.Read(dctx); err != nil || !bytes.Contains(msg, []byte("connection_ack")) {
+		return nil, fmt.Errorf("init: %q %w", msg, errors.Join(err, errors.New("no ack")))
+	}
+	err = send(map[string]any{"id": "1", "type": "subscribe", "payload": map[string]any{
+		"query": "subscription { objectChanges { type cursor object { id cluster namespace name status updatedAt } } }",
+	}})
+	return c, err
+}
+
+// benchRead reads events until ctx ends, answering pings, and reports each
+// event's delay since its commit.
+func benchRead(ctx context.Context, c *websocket.Conn, record func(ms float64)) {
+	var m struct {
+		Type    string
+		Payload struct {
+			Data struct {
+				ObjectChanges struct{ Object struct{ UpdatedAt time.Time } }
+			}
+		}
+	}
+	for {
+		_, b, err := c.Read(ctx)
+		if err != nil {
+			return
+		}
+		now := time.Now()
+		m.Type = ""
+		if err := json.Unmarshal(b, &m); err != nil {
+			continue
+		}
+		switch m.Type {
+		case "ping":
+			_ = c.Write(ctx, websocket.MessageText, []byte(`{"type":"pong"}`))
+		case "next":
+			record(float64(now.Sub(m.Payload.Data.ObjectChanges.Object.UpdatedAt).Microseconds()) / 1e3)
+		}
+	}
+}

@@ -1,0 +1,151 @@
+package graph
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+)
+
+// Media types of GraphQL over HTTP responses.
+const (
+	mediaJSON            = "application/json"
+	mediaGraphQLResponse = "application/graphql-response+json"
+)
+
+// postTransport is GraphQL over HTTP POST with JSON bodies, following the
+// GraphQL over HTTP spec where gqlgen's transport.POST does not:
+//
+//   - the response media type is negotiated from Accept (application/json
+//     for legacy clients, */* and no Accept; application/graphql-response+json
+//     when asked for) and always carries charset=utf-8;
+//   - a request that cannot execute (malformed JSON or no query: 400; parse,
+//     validation, limit or variable errors: 200 with application/json, 400
+//     with application/graphql-response+json) gets no "data" entry;
+//   - the response is written once, without re-encoding the data gqlgen
+//     already produced.
+//
+// The body size is capped before this runs (Handler.limitBody).
+type postTransport struct{}
+
+var _ graphql.Transport = postTransport{}
+
+// Supports implements graphql.Transport.
+func (postTransport) Supports(r *http.Request) bool {
+	if r.Header.Get("Upgrade") != "" || r.Method != http.MethodPost {
+		return false
+	}
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return err == nil && mt == mediaJSON
+}
+
+// Do implements graphql.Transport.
+func (postTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
+	ctx := r.Context()
+	media := responseMedia(r.Header.Get("Accept"))
+	w.Header().Set("Content-Type", media+"; charset=utf-8")
+	start := graphql.Now()
+	var params graphql.RawParams
+	dec := json.NewDecoder(r.Body)
+	dec.UseNumber()
+	err := dec.Decode(&params)
+	if err == nil && params.Query == "" {
+		err = errors.New("the query parameter is missing")
+	}
+	if err != nil {
+		writeGraphQL(w, http.StatusBadRequest, &graphql.Response{Errors: gqlerror.List{{
+			Message:    "the body is not a GraphQL request (a JSON object with query, and optionally operationName, variables, extensions): " + err.Error(),
+			Extensions: map[string]any{"code": CodeBadRequest},
+		}}}, false)
+		return
+	}
+	params.Headers = r.Header
+	params.ReadTime = graphql.TraceTiming{Start: start, End: graphql.Now()}
+	opCtx, errs := exec.CreateOperationContext(ctx, &params)
+	if errs != nil {
+		status := http.StatusOK
+		if media == mediaGraphQLResponse {
+			status = http.StatusBadRequest
+		}
+		writeGraphQL(w, status, exec.DispatchError(graphql.WithOperationContext(ctx, opCtx), errs), false)
+		return
+	}
+	responses, ctx := exec.DispatchOperation(ctx, opCtx)
+	writeGraphQL(w, http.StatusOK, responses(ctx), true)
+}
+
+// responseMedia picks the response media type from an Accept header: the
+// first of application/json or application/graphql-response+json it
+// names; application/json for */*, application/*, nothing, or only media
+// types this server does not produce.
+func responseMedia(accept string) string {
+	for part := range strings.SplitSeq(accept, ",") {
+		mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		switch mt {
+		case mediaJSON, "*/*", "application/*":
+			return mediaJSON
+		case mediaGraphQLResponse:
+			return mediaGraphQLResponse
+		}
+	}
+	return mediaJSON
+}
+
+// writeGraphQL writes a GraphQL response. executed says whether the
+// operation ran, in which case "data" is present (null when an error
+// nulled it); a request that never executed has no "data" entry. The data
+// gqlgen produced is written as is, not copied or re-encoded.
+func writeGraphQL(w http.ResponseWriter, status int, resp *graphql.Response, executed bool) {
+	if resp == nil {
+		resp = &graphql.Response{}
+	}
+	var head, tail bytes.Buffer
+	head.WriteByte('{')
+	if len(resp.Errors) > 0 {
+		head.WriteString(`"errors":`)
+		writeJSON(&head, resp.Errors)
+	}
+	var data []byte
+	if executed {
+		if head.Len() > 1 {
+			head.WriteByte(',')
+		}
+		head.WriteString(`"data":`)
+		data = resp.Data
+		if len(data) == 0 {
+			data = []byte("null")
+		}
+	}
+	if len(resp.Extensions) > 0 {
+		if head.Len() > 1 || data != nil {
+			tail.WriteByte(',')
+		}
+		tail.WriteString(`"extensions":`)
+		writeJSON(&tail, resp.Extensions)
+	}
+	tail.WriteByte('}')
+	w.Header().Set("Content-Length", strconv.Itoa(head.Len()+len(data)+tail.Len()))
+	w.WriteHeader(status)
+	_, _ = w.Write(head.Bytes())
+	_, _ = w.Write(data)
+	_, _ = w.Write(tail.Bytes())
+}
+
+// writeJSON appends v as JSON; a value that cannot be encoded (which
+// errors and extensions never are) is written as null.
+func writeJSON(b *bytes.Buffer, v any) {
+	out, err := json.Marshal(v)
+	if err != nil {
+		out = []byte("null")
+	}
+	b.Write(out)
+}
