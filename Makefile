@@ -1,5 +1,6 @@
 # fleetgraph make targets. `make test` and `make demo` set up everything a
-# fresh machine needs; nothing here downloads anything but Go modules.
+# fresh machine needs; nothing here downloads anything but Go modules and the
+# npm packages pinned in graph/conformance/package-lock.json (npm ci).
 
 SHELL := /bin/bash
 GO ?= go
@@ -17,10 +18,14 @@ KUBE_VERSION := v1.35.4
 TESTENV_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=35
 
+# The Node packages of graph/conformance (graphql-http, graphql-ws), from its
+# lock file; the conformance tests need them.
+CONFORMANCE_DEPS := graph/conformance/node_modules/.package-lock.json
+
 TESTENV_SRC := $(shell find testenv -name '*.go' -not -path '*/rbacdiff/*') testenv/go.mod testenv/go.sum Makefile
 
 .PHONY: all build test test-root test-testenv lint demo testenv crds \
-	bench-index bench-authz bench-collector bench-graph test-rbac-full clean
+	bench-index bench-authz bench-collector bench-graph test-rbac-full test-conformance clean
 
 all: build
 
@@ -39,8 +44,8 @@ $(TESTENV): $(TESTENV_SRC)
 ## test: every test of every module, with the race detector
 test: testenv test-root test-testenv
 
-test-root:
-	$(GO) test -race -timeout 30m ./...
+test-root: $(CONFORMANCE_DEPS)
+	FLEETGRAPH_CONFORMANCE=1 $(GO) test -race -timeout 30m ./...
 
 test-testenv:
 	cd testenv && $(GO) test -race -timeout 20m ./...
@@ -63,6 +68,14 @@ demo: testenv
 bench-index:
 	$(GO) run ./cmd/fleetbench index
 
+## test-conformance: the graphql-http server audits and a graphql-ws client against a live server
+test-conformance: $(CONFORMANCE_DEPS)
+	FLEETGRAPH_CONFORMANCE=1 $(GO) test -race -count=1 -run '^(TestGraphQLOverHTTPAudits|TestGraphQLWSClient)$$' -v ./graph/
+
+## bench-graph: Q3 over HTTP and 1,000 subscribers' fan-out on the 1M-object fleet
+bench-graph:
+	$(GO) test -run '^$$' -bench '^BenchmarkGraphFleet$$' -benchtime=1x -timeout 30m ./graph/ | grep '^graph:'
+
 ## bench-authz: access-set build, cached lookup, and Q3 cost for a 4,000-binding user
 bench-authz:
 	$(GO) test -run '^$$' -bench '^BenchmarkAuthzSummary$$' -benchtime=1x ./authz/ | grep '^authz:'
@@ -79,6 +92,9 @@ bench-collector: testenv
 crds:
 	cp "$$($(GO) list -m -f '{{.Dir}}' istio.io/api)/kubernetes/customresourcedefinitions.gen.yaml" internal/testcluster/testdata/istio-crds.yaml
 	chmod 644 internal/testcluster/testdata/istio-crds.yaml
+
+$(CONFORMANCE_DEPS): graph/conformance/package-lock.json
+	npm ci --prefix graph/conformance --no-audit --no-fund
 
 clean:
 	rm -rf $(BIN)
