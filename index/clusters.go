@@ -21,14 +21,14 @@ func (s *Store) UpsertCluster(ctx context.Context, c Cluster) error {
 		return fmt.Errorf("%w: cluster name %q", ErrInvalidRow, c.Name)
 	}
 	return s.write(func(w *writeTxn) error {
-		raw, err := w.txn.First(tableClusters, indexID, memKey(compoundKey(c.Name)))
+		raw, err := w.mem().First(tableClusters, indexID, memKey(compoundKey(c.Name)))
 		must(err)
 		old, _ := raw.(*Cluster)
 		if old != nil && equalClusters(old, &c) {
 			return nil
 		}
 		nc := c
-		must(w.txn.Insert(tableClusters, &nc))
+		must(w.mem().Insert(tableClusters, &nc))
 		w.emit(&Event{Type: EventCluster, Cluster: c.Name, ClusterRow: &nc, PreviousCluster: old})
 		w.touch(tableClusters, c.Name)
 		return nil
@@ -61,16 +61,16 @@ func (s *Store) RemoveCluster(ctx context.Context, name string) error {
 			}
 		}
 		w.deleteClusterPolicy(name)
-		n, err := w.txn.DeleteAll(tableKinds, indexIDPrefix, memKey(compoundKey(name)))
+		n, err := w.mem().DeleteAll(tableKinds, indexIDPrefix, memKey(compoundKey(name)))
 		must(err)
 		if n > 0 {
 			w.policyChanged(name)
 			w.touch(tableKinds, name)
 		}
-		raw, err := w.txn.First(tableClusters, indexID, memKey(compoundKey(name)))
+		raw, err := w.mem().First(tableClusters, indexID, memKey(compoundKey(name)))
 		must(err)
 		if raw != nil {
-			must(w.txn.Delete(tableClusters, raw))
+			must(w.mem().Delete(tableClusters, raw))
 			w.emit(&Event{Type: EventClusterRemoved, Cluster: name, PreviousCluster: raw.(*Cluster)})
 			w.touch(tableClusters, name)
 		}
@@ -124,7 +124,7 @@ func (s *Store) ReportKindError(ctx context.Context, cluster string, kind Kind, 
 // successful Replace (which also clears the error); otherwise errMsg is the
 // new error and Present is kept.
 func (w *writeTxn) recordKind(cluster string, kind Kind, present bool, errMsg string) {
-	raw, err := w.txn.First(tableKinds, indexID, memKey(compoundKey(cluster, kind.Group, kind.Kind)))
+	raw, err := w.mem().First(tableKinds, indexID, memKey(compoundKey(cluster, kind.Group, kind.Kind)))
 	must(err)
 	old, _ := raw.(*kindRow)
 	nr := &kindRow{Cluster: cluster, Kind: kind, Present: present, Err: errMsg}
@@ -142,7 +142,7 @@ func (w *writeTxn) recordKind(cluster string, kind Kind, present bool, errMsg st
 	if old != nil && *old == *nr {
 		return
 	}
-	must(w.txn.Insert(tableKinds, nr))
+	must(w.mem().Insert(tableKinds, nr))
 	w.touch(tableKinds, cluster)
 	if old == nil || old.Present != nr.Present || old.Kind != nr.Kind {
 		if nr.Present || (old != nil && old.Present) {

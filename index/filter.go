@@ -206,7 +206,8 @@ func (p *plan) matchFilter(r *objRow) bool {
 func (p *plan) matchLabel(lr *labelReq, r *objRow) bool {
 	pid, has := uint32(0), false
 	if lr.known {
-		for _, id := range r.labels {
+		for i := range r.numLabels() {
+			id := r.label(i)
 			if p.x.labels.pairs[id].kid == lr.key {
 				pid, has = id, true
 				break

@@ -47,6 +47,47 @@ func BenchmarkIngest(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(f.Size()*b.N), "ns/row")
 }
 
+// BenchmarkUpsertChange applies single-row Upserts that change status,
+// message and sometimes a label of stored rows, as watch events do. Two
+// versions of 4,096 rows alternate, so every Upsert is a change.
+func BenchmarkUpsertChange(b *testing.B) {
+	s := benchStore()
+	f := indextest.Fleet{Clusters: 10, Namespaces: 1000, PerNamespace: 10, Seed: 1}
+	updates := make([]index.Object, 8192)
+	for i := range updates {
+		updates[i] = f.Version((i%4096*7919)%f.Size(), i+1)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if err := s.Upsert(context.Background(), updates[i%len(updates)]); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+// BenchmarkReplaceUnchanged relists one kind of one cluster with no
+// change, as a reconnecting collector does.
+func BenchmarkReplaceUnchanged(b *testing.B) {
+	s := benchStore()
+	f := indextest.Fleet{Clusters: 10, Namespaces: 1000, PerNamespace: 10, Seed: 1}
+	var rows []index.Object
+	for i := range f.Namespaces * f.PerNamespace {
+		if o := f.Object(i); o.Kind == "Service" {
+			rows = append(rows, o)
+		}
+	}
+	kind := indextest.Kinds[1]
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := s.Replace(context.Background(), indextest.ClusterName(0), kind, rows); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(len(rows)*b.N), "ns/row")
+}
+
 func BenchmarkFacetsFleet(b *testing.B) {
 	s := benchStore()
 	b.ReportAllocs()

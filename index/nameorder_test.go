@@ -39,7 +39,7 @@ func TestNameOrder(t *testing.T) {
 					continue // else add it again in the same write
 				}
 			}
-			r := x.buildRow(o, key)
+			r := x.buildRow(o, key, nil)
 			x.insert(r)
 			live[key] = r
 		}
@@ -56,7 +56,7 @@ func TestNameOrder(t *testing.T) {
 	if len(x.byName.runs) < 2 {
 		t.Fatalf("%d runs: the test should leave several", len(x.byName.runs))
 	}
-	collect := func(pivot *nameItem, desc bool) []*objRow {
+	collect := func(pivot *nameSeek, desc bool) []*objRow {
 		var got []*objRow
 		x.byName.walk(pivot, desc, func(rid uint32) bool {
 			got = append(got, x.rows[rid])
@@ -72,7 +72,7 @@ func TestNameOrder(t *testing.T) {
 	}
 	for i := 0; i < len(want); i += 29 {
 		r := want[i]
-		pivot := &nameItem{pfx: namePrefix(r.name()), key: r.key, nameOff: r.nameOff}
+		pivot := &nameSeek{pfx: namePrefix(r.name()), key: r.key, nameOff: r.nameOff}
 		if got := collect(pivot, false); !slices.Equal(got, want[i:]) {
 			t.Fatalf("ascending from %q: wrong rows", r.key)
 		}
@@ -86,7 +86,7 @@ func TestNameOrder(t *testing.T) {
 		}
 		parts := strings.Split(key, "\x00")
 		name := parts[len(parts)-2]
-		pivot := &nameItem{pfx: namePrefix(name), key: key, nameOff: uint16(len(key) - 1 - len(name))}
+		pivot := &nameSeek{pfx: namePrefix(name), key: key, nameOff: uint16(len(key) - 1 - len(name))}
 		probe := &objRow{key: key, nameOff: pivot.nameOff}
 		i, _ := slices.BinarySearchFunc(want, probe, compareByName)
 		if got := collect(pivot, false); !slices.Equal(got, want[i:]) {
@@ -97,8 +97,8 @@ func TestNameOrder(t *testing.T) {
 		}
 	}
 	x.byName.compact()
-	if len(x.byName.runs) != 1 || x.byName.dead != 0 || len(x.byName.runs[0]) != len(want) {
-		t.Fatalf("after compact: %d runs, %d dead, %d items, want %d", len(x.byName.runs), x.byName.dead, x.byName.items, len(want))
+	if len(x.byName.runs) != 1 || len(x.byName.dead) != 0 || len(x.byName.runs[0]) != len(want) {
+		t.Fatalf("after compact: %d runs, %d dead, %d items, want %d", len(x.byName.runs), len(x.byName.dead), x.byName.items, len(want))
 	}
 	if got := collect(nil, false); !slices.Equal(got, want) {
 		t.Fatalf("after compact: ascending walk differs from the sorted rows")

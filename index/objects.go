@@ -112,18 +112,28 @@ func (s *Store) Delete(ctx context.Context, key Key) error {
 
 // upsertObject writes o unless the stored row has the same content.
 func (w *writeTxn) upsertObject(o *Object) {
-	key := objectKey(o.Key())
-	w.putObject(o, key, w.s.x.get(key))
+	var buf [256]byte
+	w.putObject(o, "", w.s.x.lookup(appendObjectKey(buf[:0], o.Key())))
 }
 
-// putObject writes o, whose objectKey is key, over old (nil when the key
-// is not stored) unless both have the same content.
+// putObject writes o over old (nil when the key is not stored) unless both
+// have the same content. key is o's objectKey, or "" to compute it when
+// needed.
 func (w *writeTxn) putObject(o *Object, key string, old *objRow) {
 	x := w.s.x
-	r := x.buildRow(o, key)
-	if old != nil && old.sameContent(r) {
-		return
+	var same *objRow // old, if the labels did not change
+	if old != nil {
+		if x.sameLabels(o.Labels, old) {
+			if sameFields(o, old) {
+				return
+			}
+			same = old
+		}
+		key = old.key // the stored key string; see nameOrder
+	} else if key == "" {
+		key = objectKey(o.Key())
 	}
+	r := x.buildRow(o, key, same)
 	r.updated = w.now
 	cluster := x.clusters.str(r.cid)
 	if old == nil {

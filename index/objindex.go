@@ -30,9 +30,10 @@ type objIndex struct {
 	labels     *labelDict
 	msgs       *msgDict
 
-	byKey map[string]uint32 // key → rid; the key string is the row's
-	rows  []*objRow         // by rid; nil for a free id
-	pfx   []namePfx         // by rid: namePrefix of the row's name
+	byKey *keyIndex // key → rid
+	rows  []*objRow // by rid; nil for a free id
+	pfx   []namePfx // by rid: namePrefix of the row's name
+	gens  []uint32  // by rid: bumped when the id is freed (see nameOrder)
 	free  []uint32
 
 	kindStatus map[uint32]*postings // by cellKey(kid, status)
@@ -67,7 +68,7 @@ func newObjIndex() *objIndex {
 		kinds:      newKindDict(),
 		labels:     newLabelDict(),
 		msgs:       newMsgDict(),
-		byKey:      map[string]uint32{},
+		byKey:      newKeyIndex(),
 		kindStatus: map[uint32]*postings{},
 		byNsName:   map[uint32]*cells{},
 		allCluster: &ClusterAccess{All: true},
@@ -132,8 +133,9 @@ func (x *objIndex) insert(r *objRow) {
 		r.rid = uint32(len(x.rows))
 		x.rows = append(x.rows, r)
 		x.pfx = append(x.pfx, pfx)
+		x.gens = append(x.gens, 0)
 	}
-	x.byKey[r.key] = r.rid
+	x.byKey.put(r.key, r.rid)
 	x.byName.insert(pfx, r)
 	ca := x.cluster(r.cid)
 	ca.rows.add(r.rid, x.maxRows())
@@ -150,12 +152,12 @@ func (x *objIndex) insert(r *objRow) {
 	}
 	na.rows.add(r.rid, x.maxRows())
 	x.addCounts(r, ca, na, 1)
-	x.addLabels(r.rid, r.labels)
+	x.addLabels(r)
 }
 
 // remove deletes r from every index and frees its row id.
 func (x *objIndex) remove(r *objRow) {
-	delete(x.byKey, r.key)
+	x.byKey.delete(r.key, r.rid)
 	x.msgs.release(r.message)
 	ca := x.byCluster[r.cid]
 	ca.rows.remove(r.rid)
@@ -170,17 +172,18 @@ func (x *objIndex) remove(r *objRow) {
 	if na.rows.len() == 0 {
 		delete(ca.nss, r.nsid)
 	}
-	x.removeLabels(r.rid, r.labels)
+	x.removeLabels(r)
+	x.byName.remove(r)
+	x.gens[r.rid]++
 	x.rows[r.rid] = nil
 	x.free = append(x.free, r.rid)
-	x.byName.remove()
 }
 
 // update swaps old for r, which has the same key, touching only the
 // indexes whose inputs changed. The name order holds row ids, so it does
 // not change.
 func (x *objIndex) update(old, r *objRow) {
-	r.rid, r.key = old.rid, old.key // byKey holds the old key string
+	r.rid = old.rid
 	x.rows[r.rid] = r
 	if r.message == old.message {
 		r.message = old.message // share the interned copy
@@ -194,22 +197,10 @@ func (x *objIndex) update(old, r *objRow) {
 		x.addCounts(old, ca, na, -1)
 		x.addCounts(r, ca, na, 1)
 	}
-	if !equalUint32s(old.labels, r.labels) {
-		x.removeLabels(r.rid, old.labels)
-		x.addLabels(r.rid, r.labels)
+	if old.labelBytes() != r.labelBytes() {
+		x.removeLabels(old) // old.rid is r.rid
+		x.addLabels(r)
 	}
-}
-
-func equalUint32s(a, b []uint32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func (x *objIndex) cluster(cid uint32) *clusterAgg {
@@ -253,9 +244,10 @@ func (x *objIndex) addCounts(r *objRow, ca *clusterAgg, na *nsAgg, d int32) {
 	}
 }
 
-func (x *objIndex) addLabels(rid uint32, pairs []uint32) {
-	n := x.maxRows()
-	for _, pid := range pairs {
+func (x *objIndex) addLabels(r *objRow) {
+	rid, n := r.rid, x.maxRows()
+	for i := range r.numLabels() {
+		pid := r.label(i)
 		lp := &x.labels.pairs[pid]
 		lp.rows.add(rid, n)
 		kid := lp.kid
@@ -266,17 +258,28 @@ func (x *objIndex) addLabels(rid uint32, pairs []uint32) {
 	}
 }
 
-func (x *objIndex) removeLabels(rid uint32, pairs []uint32) {
-	for _, pid := range pairs {
+func (x *objIndex) removeLabels(r *objRow) {
+	rid := r.rid
+	for i := range r.numLabels() {
+		pid := r.label(i)
 		lp := &x.labels.pairs[pid]
 		lp.rows.remove(rid)
 		x.keyPost[lp.kid].remove(rid)
 	}
 }
 
+// lookup returns the row of a key given as bytes, without allocating.
+func (x *objIndex) lookup(key []byte) *objRow {
+	rid, ok := x.byKey.getBytes(key, x.rows)
+	if !ok {
+		return nil
+	}
+	return x.rows[rid]
+}
+
 // get returns the row of a key.
 func (x *objIndex) get(key string) *objRow {
-	rid, ok := x.byKey[key]
+	rid, ok := x.byKey.get(key, x.rows)
 	if !ok {
 		return nil
 	}

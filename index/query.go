@@ -370,9 +370,9 @@ func (p *plan) count(src source) int {
 // order has an index to walk.
 func (p *plan) walk(o Order, after *sortKey, first, budget int) (rows []*objRow, more, ok bool) {
 	x := p.x
-	var pivot *nameItem
+	var pivot *nameSeek
 	if after != nil {
-		pivot = &nameItem{pfx: namePrefix(after.str), key: after.key, nameOff: uint16(len(after.key) - 1 - len(after.str))}
+		pivot = &nameSeek{pfx: namePrefix(after.str), key: after.key, nameOff: uint16(len(after.key) - 1 - len(after.str))}
 	}
 	x.byName.walk(pivot, o.Desc, func(rid uint32) bool {
 		budget--

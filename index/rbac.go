@@ -58,12 +58,12 @@ func (w *writeTxn) putPolicy(o *Object) error {
 		return err
 	}
 	table := policyTable(o.Kind)
-	old, err := w.txn.First(table, indexID, memKey(policyKey(o.Key())))
+	old, err := w.mem().First(table, indexID, memKey(policyKey(o.Key())))
 	must(err)
 	if old != nil && reflect.DeepEqual(old, v) {
 		return nil
 	}
-	must(w.txn.Insert(table, v))
+	must(w.mem().Insert(table, v))
 	w.policyChanged(o.Cluster)
 	return nil
 }
@@ -76,12 +76,12 @@ func (w *writeTxn) upsertPolicy(o *Object) error {
 // deletePolicy removes one policy row if stored.
 func (w *writeTxn) deletePolicy(k Key) {
 	table := policyTable(k.Kind)
-	old, err := w.txn.First(table, indexID, memKey(policyKey(k)))
+	old, err := w.mem().First(table, indexID, memKey(policyKey(k)))
 	must(err)
 	if old == nil {
 		return
 	}
-	must(w.txn.Delete(table, old))
+	must(w.mem().Delete(table, old))
 	w.policyChanged(k.Cluster)
 }
 
@@ -101,7 +101,7 @@ func (w *writeTxn) replacePolicy(cluster, kind string, rows []Object) error {
 			return err
 		}
 	}
-	it, err := w.txn.Get(table, indexIDPrefix, memKey(compoundKey(cluster)))
+	it, err := w.mem().Get(table, indexIDPrefix, memKey(compoundKey(cluster)))
 	must(err)
 	var gone []any
 	for raw := it.Next(); raw != nil; raw = it.Next() {
@@ -110,7 +110,7 @@ func (w *writeTxn) replacePolicy(cluster, kind string, rows []Object) error {
 		}
 	}
 	for _, raw := range gone {
-		must(w.txn.Delete(table, raw))
+		must(w.mem().Delete(table, raw))
 		w.policyChanged(cluster)
 	}
 	return nil
@@ -136,7 +136,7 @@ func policyRowKey(raw any) string {
 // deleteClusterPolicy removes every policy row of a cluster.
 func (w *writeTxn) deleteClusterPolicy(cluster string) {
 	for _, table := range []string{tableRoles, tableClusterRoles, tableRoleBindings, tableClusterRoleBindings} {
-		n, err := w.txn.DeleteAll(table, indexIDPrefix, memKey(compoundKey(cluster)))
+		n, err := w.mem().DeleteAll(table, indexIDPrefix, memKey(compoundKey(cluster)))
 		must(err)
 		if n > 0 {
 			w.policyChanged(cluster)

@@ -2,11 +2,13 @@ package index
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
+	"unsafe"
 )
 
 // ErrInvalidRow is returned (wrapped) for a row the index cannot store:
@@ -15,29 +17,33 @@ import (
 var ErrInvalidRow = errors.New("index: invalid row")
 
 // objRow is the compact, immutable in-memory form of an Object. The index
-// keeps about 200 bytes of row plus the message, uid and key bytes per
-// object: cluster, namespace and kind strings are interned ids, labels are
-// sorted pair ids, times are Unix nanoseconds, and the name is a slice of
-// the key. Updates build a new objRow; the old one stays valid for readers
-// and change events that still hold it.
+// keeps about 150 bytes of row plus the key, uid, resource version and
+// labels bytes per object: cluster, namespace and kind strings are interned
+// ids, labels are sorted pair ids, times are Unix nanoseconds, and the name
+// is a slice of the key. Updates build a new objRow; the old one stays
+// valid for readers and change events that still hold it.
+//
+// The uid, the resource version and the label pair ids share one string,
+// tail, rather than three allocations: the garbage collector's work grows
+// with the number of objects and pointers in the heap, and at 1M rows each
+// collection cycle marked about seven objects per row. Copying the uid and
+// resource version also stops a row from pinning the caller's buffers.
 type objRow struct {
 	key     string // compoundKey(cluster, group, kind, namespace, name)
 	kind    *kindInfo
+	tail    string // uid, resource version, then 4-byte little-endian label pair ids, sorted
+	owners  []OwnerRef
+	message string // the caller's string until the row is stored, then the msgDict copy
+	summary []byte
+	created int64 // Unix nanoseconds, 0 for the zero time
+	updated int64
 	rid     uint32 // dense row id used by posting lists; stable while the object exists
 	cid     uint32
 	nsid    uint32 // 0 for cluster-scoped objects
-	status  uint8  // index into Statuses
+	uidLen  uint32
+	rvLen   uint32
 	nameOff uint16 // offset of the name in key
-	uid     string
-	labels  []uint32 // sorted label pair ids
-	owners  []OwnerRef
-	created int64 // Unix nanoseconds, 0 for the zero time
-	updated int64
-	rv      string
-	// message is the caller's string until the row is stored, then the
-	// msgDict copy (see objIndex.insert).
-	message string
-	summary []byte
+	status  uint8  // index into Statuses
 }
 
 // name returns the object name: the last key part.
@@ -45,12 +51,66 @@ func (r *objRow) name() string {
 	return r.key[r.nameOff : len(r.key)-1]
 }
 
-// sameContent reports whether two rows are equal for change detection:
-// everything but UpdatedAt and ResourceVersion.
-func (r *objRow) sameContent(o *objRow) bool {
-	return r.key == o.key && r.kind == o.kind && r.status == o.status && r.uid == o.uid &&
-		r.created == o.created && r.message == o.message && slices.Equal(r.labels, o.labels) &&
-		slices.Equal(r.owners, o.owners) && bytes.Equal(r.summary, o.summary)
+func (r *objRow) uid() string { return r.tail[:r.uidLen] }
+func (r *objRow) rv() string  { return r.tail[r.uidLen : r.uidLen+r.rvLen] }
+
+// labelBytes returns the encoded label pair ids; equal strings mean equal
+// labels.
+func (r *objRow) labelBytes() string { return r.tail[r.uidLen+r.rvLen:] }
+
+// numLabels returns the number of labels.
+func (r *objRow) numLabels() int { return len(r.labelBytes()) / 4 }
+
+// label returns the pair id of label i, in increasing pair id order.
+func (r *objRow) label(i int) uint32 {
+	b := r.labelBytes()[4*i:]
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
+
+// labelIDs appends the row's label pair ids to dst.
+func (r *objRow) labelIDs(dst []uint32) []uint32 {
+	for i := range r.numLabels() {
+		dst = append(dst, r.label(i))
+	}
+	return dst
+}
+
+// rowTail encodes the tail of a row; ids must be sorted.
+func rowTail(uid, rv string, ids []uint32) string {
+	b := make([]byte, 0, len(uid)+len(rv)+4*len(ids))
+	b = append(b, uid...)
+	b = append(b, rv...)
+	for _, id := range ids {
+		b = binary.LittleEndian.AppendUint32(b, id)
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b)) // b is not used again
+}
+
+// sameFields reports whether o, whose key is old's, has the content of
+// the stored row old but for its labels (see sameLabels), UpdatedAt and
+// ResourceVersion: with sameLabels, the change detection of Replace and
+// Upsert. It compares the Object with the row directly, so an unchanged row
+// (most rows of a relist) costs no interning and no allocation.
+func sameFields(o *Object, old *objRow) bool {
+	k := old.kind
+	return statusIndex(o.Status) == old.status && o.UID == old.uid() &&
+		unixNano(o.CreatedAt) == old.created && o.Message == old.message &&
+		o.Version == k.Version && o.Resource == k.Resource && (o.Namespace != "") == k.Namespaced &&
+		slices.Equal(o.OwnerRefs, old.owners) && bytes.Equal(o.Summary, old.summary)
+}
+
+// sameLabels reports whether labels are the labels of row r.
+func (x *objIndex) sameLabels(labels map[string]string, r *objRow) bool {
+	if len(labels) != r.numLabels() {
+		return false
+	}
+	for i := range r.numLabels() {
+		pid := r.label(i)
+		if v, ok := labels[x.labels.key(pid)]; !ok || v != x.labels.value(pid) {
+			return false
+		}
+	}
+	return true
 }
 
 // statusIndex maps a Status to its index in Statuses; anything unknown
@@ -80,9 +140,15 @@ func fromUnixNano(n int64) time.Time {
 	return time.Unix(0, n).UTC()
 }
 
-// objectKey returns the memdb key of k.
+// objectKey returns the key of k in the object index.
 func objectKey(k Key) string {
 	return compoundKey(k.Cluster, k.Group, k.Kind, k.Namespace, k.Name)
+}
+
+// appendObjectKey appends objectKey(k) to b, for lookups that need not
+// allocate.
+func appendObjectKey(b []byte, k Key) []byte {
+	return appendKey(b, k.Cluster, k.Group, k.Kind, k.Namespace, k.Name)
 }
 
 // maxKeyLen bounds a key so that name offsets fit in 16 bits; Kubernetes
@@ -106,10 +172,21 @@ func validateKey(k Key) error {
 }
 
 // buildRow converts o, whose objectKey is key, into a row, interning its
-// cluster, namespace, kind and labels. It must be called with the write
-// lock held. The row has no rid yet, and its message is interned only when
-// the row is stored.
-func (x *objIndex) buildRow(o *Object, key string) *objRow {
+// cluster, namespace, kind and labels; same is a stored row with the same
+// labels, whose pair ids are reused, or nil. It must be called with the
+// write lock held. The row has no rid yet, and its message is interned
+// only when the row is stored.
+func (x *objIndex) buildRow(o *Object, key string, same *objRow) *objRow {
+	var buf [16]uint32
+	ids := buf[:0]
+	if same != nil {
+		ids = same.labelIDs(ids)
+	} else {
+		for k, v := range o.Labels {
+			ids = append(ids, x.labels.intern(k, v))
+		}
+		slices.Sort(ids)
+	}
 	r := &objRow{
 		key:     key,
 		nameOff: uint16(len(key) - 1 - len(o.Name)),
@@ -117,20 +194,14 @@ func (x *objIndex) buildRow(o *Object, key string) *objRow {
 		cid:     x.clusters.intern(o.Cluster),
 		nsid:    x.namespaces.intern(o.Namespace),
 		status:  statusIndex(o.Status),
-		uid:     o.UID,
+		tail:    rowTail(o.UID, o.ResourceVersion, ids),
+		uidLen:  uint32(len(o.UID)),
+		rvLen:   uint32(len(o.ResourceVersion)),
 		owners:  o.OwnerRefs,
 		created: unixNano(o.CreatedAt),
 		updated: unixNano(o.UpdatedAt),
-		rv:      o.ResourceVersion,
 		message: o.Message,
 		summary: o.Summary,
-	}
-	if len(o.Labels) > 0 {
-		r.labels = make([]uint32, 0, len(o.Labels))
-		for k, v := range o.Labels {
-			r.labels = append(r.labels, x.labels.intern(k, v))
-		}
-		slices.Sort(r.labels)
 	}
 	return r
 }
@@ -153,18 +224,19 @@ func (x *objIndex) fillObject(o *Object, r *objRow) {
 		Kind:            r.kind.Kind.Kind,
 		Resource:        r.kind.Resource,
 		Name:            r.name(),
-		UID:             r.uid,
+		UID:             r.uid(),
 		OwnerRefs:       r.owners,
 		CreatedAt:       fromUnixNano(r.created),
 		UpdatedAt:       fromUnixNano(r.updated),
-		ResourceVersion: r.rv,
+		ResourceVersion: r.rv(),
 		Status:          Statuses[r.status],
 		Message:         r.message,
 		Summary:         r.summary,
 	}
-	if len(r.labels) > 0 {
-		o.Labels = make(map[string]string, len(r.labels))
-		for _, id := range r.labels {
+	if n := r.numLabels(); n > 0 {
+		o.Labels = make(map[string]string, n)
+		for i := range n {
+			id := r.label(i)
 			o.Labels[x.labels.key(id)] = x.labels.value(id)
 		}
 	}

@@ -180,12 +180,16 @@ func compoundKey(parts ...string) string {
 	for _, p := range parts {
 		n += len(p) + 1
 	}
-	b := make([]byte, 0, n)
+	return string(appendKey(make([]byte, 0, n), parts...))
+}
+
+// appendKey appends the compoundKey of parts to b.
+func appendKey(b []byte, parts ...string) []byte {
 	for _, p := range parts {
 		b = append(b, p...)
 		b = append(b, 0)
 	}
-	return string(b)
+	return b
 }
 
 // keyIndexer is a typed indexer over a precomputed key string. It indexes
