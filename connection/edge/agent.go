@@ -1,0 +1,454 @@
+package edge
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"k8s.io/client-go/rest"
+
+	"github.com/fleetgraph/fleetgraph/collector"
+)
+
+// Defaults and constants of the edge side.
+const (
+	// DefaultResyncInterval is the full resync interval (seed 002: every
+	// 30 seconds). DefaultResyncMin and DefaultResyncMax bound the
+	// adaptive interval: a busy cluster resyncs down to every 10 s, a
+	// quiet one stretches to a minute, which keeps hundreds of idle
+	// edges from costing the manager full diffs twice a minute.
+	DefaultResyncInterval = 30 * time.Second
+	DefaultResyncMin      = 10 * time.Second
+	DefaultResyncMax      = time.Minute
+	// DefaultMaxPending bounds the keys an edge remembers as changed but
+	// not yet sent. Past it the edge forgets them and sends a full
+	// snapshot instead, which costs one snapshot rather than memory.
+	DefaultMaxPending = 100_000
+	// DefaultBackoffInitial is the first wait before reconnecting to the
+	// manager: a manager restart should be bridged in about a second.
+	DefaultBackoffInitial = 500 * time.Millisecond
+	// DefaultBackoffMax caps the wait, so that a fleet of edges retrying
+	// a manager that is down does not add up to a storm, yet every edge
+	// is back within half a minute of the manager.
+	DefaultBackoffMax = 30 * time.Second
+	// localBackoffInitial and localBackoffMax pace retries of the local
+	// API server's discovery when the edge starts before it: quick at
+	// first, then every 30 s.
+	localBackoffInitial = time.Second
+	localBackoffMax     = 30 * time.Second
+	// metadataRefresh is how often the edge re-reads the Kubernetes and
+	// Istio versions: upgrades are rare, and a full snapshot carries the
+	// refreshed values.
+	metadataRefresh = 5 * time.Minute
+	// maxDeltaKeys bounds the keys taken for one delta, so the first
+	// changes after a burst are sent without waiting for the whole burst
+	// to be encoded.
+	maxDeltaKeys = 1000
+	// maxDetailWorkers bounds detail requests the edge performs at once;
+	// it is twice the manager's own bound, so it only bites on a
+	// misbehaving manager.
+	maxDetailWorkers = 2 * maxDetailInFlight
+	// envelopeSlack covers the parts of an envelope that vary between
+	// the size estimate and the real message (sequence, time, part
+	// number).
+	envelopeSlack = 256
+)
+
+// ResyncOptions sets the full resync interval. Interval is where it starts;
+// with Min < Max it adapts after each resync: halved (down to Min) when
+// the cluster changed a lot since the last one or the change buffer
+// overflowed, grown by half (up to Max) when nothing changed, and moved
+// back toward Interval otherwise. Min = Max turns adaptation off.
+type ResyncOptions struct {
+	Interval, Min, Max time.Duration
+}
+
+func (r *ResyncOptions) setDefaults() {
+	setDefault(&r.Interval, DefaultResyncInterval)
+	setDefault(&r.Min, min(DefaultResyncMin, r.Interval))
+	setDefault(&r.Max, max(DefaultResyncMax, r.Interval))
+	r.Min = min(r.Min, r.Interval)
+	r.Max = max(r.Max, r.Interval)
+}
+
+// highChurn is the share of rows changed between resyncs above which the
+// cluster counts as busy.
+const highChurn = 0.1
+
+// next returns the interval after a resync that saw changes of rows rows.
+func (r ResyncOptions) next(cur time.Duration, changes, rows int, overflowed bool) time.Duration {
+	if r.Min >= r.Max {
+		return r.Interval
+	}
+	switch {
+	case overflowed || (rows > 0 && float64(changes) > highChurn*float64(rows)):
+		return max(r.Min, cur/2)
+	case changes == 0:
+		return min(r.Max, cur+cur/2)
+	case cur < r.Interval:
+		return min(r.Interval, cur*2)
+	case cur > r.Interval:
+		return max(r.Interval, cur/2)
+	}
+	return cur
+}
+
+// AgentOptions configures an edge Agent.
+type AgentOptions struct {
+	// Manager is the manager's edge endpoint, ws(s):// or http(s)://,
+	// e.g. https://fleetgraph.example.com/edge.
+	Manager string
+	// Cluster is the cluster id the edge claims; Token returns its token
+	// (called on every connect, so a rotated token file is picked up).
+	Cluster string
+	Token   func() (string, error)
+	// Instance identifies this process; empty means hostname plus a
+	// random suffix.
+	Instance string
+	// Metadata is sent in Hello, e.g. region and environment; the
+	// Kubernetes and Istio versions are added from the local cluster.
+	Metadata map[string]string
+	// Local is the local API server. The collector reads it, and detail
+	// requests are performed on it with the viewer impersonated, so its
+	// credentials need list and watch on the collected kinds and
+	// impersonate on users and groups.
+	Local *rest.Config
+	// Registry, Namespaces and ExcludeNamespaces configure the collector
+	// as in pull mode.
+	Registry                      *collector.Registry
+	Namespaces, ExcludeNamespaces []string
+	Resync                        ResyncOptions
+	// MaxPending bounds changed keys buffered while the manager is slow.
+	MaxPending int
+	// TLS configures wss:// connections; nil means the system roots.
+	TLS *tls.Config
+	// Dial, if set, opens the TCP connection to the manager (tests count
+	// bytes with it).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// PingInterval and PongWait are the keep-alive, as on the manager.
+	PingInterval, PongWait time.Duration
+	// BackoffInitial and BackoffMax bound the jittered exponential wait
+	// between reconnects.
+	BackoffInitial, BackoffMax time.Duration
+	Logger                     *slog.Logger
+}
+
+// Agent is the edge: it collects its local cluster into a buffer and
+// streams it to the manager, reconnecting with backoff and resyncing fully
+// on every connect.
+//
+// Concurrency: Run starts the collector (its goroutines write the buffer)
+// and, on its own goroutine, connects session after session. Each session
+// has a reader goroutine (acks, detail requests, rejects), a pinger, and a
+// goroutine per detail request in flight; the session goroutine sends
+// snapshots and deltas and, when anything fails, closes the connection and
+// waits for all of them before the next connect. Run returns after the
+// collector and the last session have stopped.
+type Agent struct {
+	opts   AgentOptions
+	url    string
+	buf    *buffer
+	log    *slog.Logger
+	detail *detailClient // nil without Local
+
+	metaMu   sync.Mutex
+	metadata map[string]string
+
+	stats agentCounters
+}
+
+// agentCounters are the agent's running totals.
+type agentCounters struct {
+	sessions, rejects, messages, bytes, snapshots, parts, rows, tooBig atomic.Uint64
+	lastReject                                                         atomic.Pointer[Reject]
+}
+
+// AgentStats is a snapshot of an agent's counters, for tests, benchmarks
+// and logs.
+type AgentStats struct {
+	Sessions, Rejects      uint64
+	Messages, Bytes        uint64 // sent, before compression
+	Snapshots, Parts, Rows uint64 // snapshots sent, their parts, rows in them
+	Coalesced, Overflows   uint64 // changes merged in the buffer; buffer overflows
+	TooBig                 uint64 // rows dropped because no message could carry them
+	LastReject             *Reject
+}
+
+// NewAgent checks options and returns an Agent.
+func NewAgent(opts AgentOptions) (*Agent, error) {
+	if opts.Cluster == "" || opts.Token == nil || opts.Manager == "" {
+		return nil, errors.New("edge: AgentOptions.Manager, Cluster and Token are required")
+	}
+	u, err := managerURL(opts.Manager)
+	if err != nil {
+		return nil, err
+	}
+	opts.Resync.setDefaults()
+	setDefault(&opts.PingInterval, DefaultPingInterval)
+	setDefault(&opts.PongWait, DefaultPongWait)
+	setDefault(&opts.BackoffInitial, DefaultBackoffInitial)
+	setDefault(&opts.BackoffMax, DefaultBackoffMax)
+	if opts.MaxPending <= 0 {
+		opts.MaxPending = DefaultMaxPending
+	}
+	if opts.Registry == nil {
+		opts.Registry = collector.NewRegistry()
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Instance == "" {
+		host, _ := os.Hostname() // only a readable prefix; the suffix makes it unique
+		opts.Instance = strings.TrimPrefix(host+"-"+randomID()[:8], "-")
+	}
+	a := &Agent{
+		opts: opts, url: u, buf: newBuffer(opts.Cluster, opts.MaxPending),
+		log:      opts.Logger.With("cluster", opts.Cluster, "instance", opts.Instance),
+		metadata: maps.Clone(opts.Metadata),
+	}
+	if opts.Local != nil {
+		if a.detail, err = newDetailClient(opts.Local); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// managerURL turns http(s) into ws(s) and checks the URL.
+func managerURL(s string) (string, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", fmt.Errorf("edge: manager URL: %w", err)
+	}
+	switch u.Scheme {
+	case "http":
+		u.Scheme = "ws"
+	case "https":
+		u.Scheme = "wss"
+	case "ws", "wss":
+	default:
+		return "", fmt.Errorf("edge: manager URL %q: want ws, wss, http or https", s)
+	}
+	if u.Host == "" {
+		return "", fmt.Errorf("edge: manager URL %q has no host", s)
+	}
+	return u.String(), nil
+}
+
+func newDetailClient(local *rest.Config) (*detailClient, error) {
+	cfg := rest.CopyConfig(local)
+	cfg.Impersonate = rest.ImpersonationConfig{} // each request brings the viewer's
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("edge: client for detail requests: %w", err)
+	}
+	host := cfg.Host
+	if !strings.Contains(host, "://") {
+		host = "https://" + host
+	}
+	host = strings.TrimSuffix(host+cfg.APIPath, "/")
+	return &detailClient{host: host, http: client, maxBody: DefaultMaxMessageBytes}, nil
+}
+
+// Instance returns the agent's instance id.
+func (a *Agent) Instance() string { return a.opts.Instance }
+
+// Stats returns the agent's counters.
+func (a *Agent) Stats() AgentStats {
+	s := &a.stats
+	return AgentStats{
+		Sessions: s.sessions.Load(), Rejects: s.rejects.Load(), Messages: s.messages.Load(), Bytes: s.bytes.Load(),
+		Snapshots: s.snapshots.Load(), Parts: s.parts.Load(), Rows: s.rows.Load(), TooBig: s.tooBig.Load(),
+		Coalesced: a.buf.coalesced.Load(), Overflows: a.buf.overflows.Load(), LastReject: s.lastReject.Load(),
+	}
+}
+
+// Run collects and streams until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	if a.opts.Local != nil {
+		wg.Go(func() { a.collect(ctx) })
+	}
+	a.connectLoop(ctx)
+	wg.Wait()
+	return nil
+}
+
+// collect starts the collector against the local cluster, retrying until
+// discovery succeeds, and refreshes the metadata until ctx ends.
+func (a *Agent) collect(ctx context.Context) {
+	backoff := localBackoffInitial
+	for ctx.Err() == nil {
+		err := a.collectOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		a.log.Warn("local API server not reachable; retrying", "err", err, "retry_in", backoff)
+		if !sleep(ctx, jitter(backoff)) {
+			return
+		}
+		backoff = min(2*backoff, localBackoffMax)
+	}
+}
+
+func (a *Agent) collectOnce(ctx context.Context) error {
+	clients, err := collector.NewClients(a.opts.Local)
+	if err != nil {
+		return fmt.Errorf("local clients: %w", err)
+	}
+	run, err := collector.Start(ctx, collector.Config{
+		Cluster: a.opts.Cluster, Clients: clients, Sink: a.buf, Registry: a.opts.Registry,
+		Namespaces: a.opts.Namespaces, ExcludeNamespaces: a.opts.ExcludeNamespaces,
+		Relist: a.opts.Resync.Interval, Logger: a.opts.Logger, OnEvent: a.buf.onEvent,
+	})
+	if err != nil {
+		return err
+	}
+	a.buf.expect(run.Present)
+	a.refreshMetadata(ctx, clients)
+	t := time.NewTicker(metadataRefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			run.Wait()
+			return nil
+		case <-t.C:
+			a.refreshMetadata(ctx, clients)
+		}
+	}
+}
+
+// refreshMetadata reads the Kubernetes version and the Istio control
+// plane into the metadata sent with Hello and full snapshots.
+func (a *Agent) refreshMetadata(ctx context.Context, clients *collector.Clients) {
+	md := map[string]string{}
+	if v, err := clients.Discovery.ServerVersion(); err == nil {
+		md["kubernetes.version"] = v.GitVersion
+	} else {
+		a.log.Warn("reading the Kubernetes version failed", "err", err)
+	}
+	istio, err := collector.DetectIstio(ctx, clients)
+	if err != nil {
+		a.log.Warn("istio detection failed", "err", err)
+	}
+	maps.Copy(md, istio.Metadata())
+	a.metaMu.Lock()
+	defer a.metaMu.Unlock()
+	maps.Copy(a.metadata, md)
+}
+
+func (a *Agent) currentMetadata() map[string]string {
+	a.metaMu.Lock()
+	defer a.metaMu.Unlock()
+	return maps.Clone(a.metadata)
+}
+
+// connectLoop runs sessions until ctx ends, with jittered exponential
+// backoff between them; a session that was welcomed resets the backoff.
+func (a *Agent) connectLoop(ctx context.Context) {
+	backoff := a.opts.BackoffInitial
+	for ctx.Err() == nil {
+		welcomed, err := a.session(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if welcomed {
+			backoff = a.opts.BackoffInitial
+		}
+		wait := jitter(backoff)
+		if rej := asReject(err); rej != nil {
+			a.stats.rejects.Add(1)
+			a.stats.lastReject.Store(rej)
+			wait = max(wait, time.Duration(rej.RetryAfterMillis)*time.Millisecond)
+		}
+		a.log.Warn("manager session ended", "err", err, "retry_in", wait.Round(time.Millisecond))
+		if !sleep(ctx, wait) {
+			return
+		}
+		backoff = min(2*backoff, a.opts.BackoffMax)
+	}
+}
+
+// session dials the manager, says hello, and streams until the session
+// fails. It reports whether the manager welcomed it.
+func (a *Agent) session(ctx context.Context) (bool, error) {
+	token, err := a.opts.Token()
+	if err != nil {
+		return false, fmt.Errorf("edge token: %w", err)
+	}
+	dialer := websocket.Dialer{
+		Proxy: http.ProxyFromEnvironment, HandshakeTimeout: DefaultHelloTimeout, NetDialContext: a.opts.Dial,
+		TLSClientConfig: a.opts.TLS, EnableCompression: true, Subprotocols: []string{Subprotocol},
+	}
+	conn, resp, err := dialer.DialContext(ctx, a.url, nil)
+	if resp != nil && resp.Body != nil {
+		_ = resp.Body.Close() // only the status matters
+	}
+	if err != nil {
+		if resp != nil {
+			return false, fmt.Errorf("connect to %s: HTTP %s: %w", a.url, resp.Status, err)
+		}
+		return false, fmt.Errorf("connect to %s: %w", a.url, err)
+	}
+	defer func() { _ = conn.Close() }() // idempotent; the session closed it already unless the handshake failed
+	conn.EnableWriteCompression(true)
+	conn.SetReadLimit(wireLimit(DefaultMaxMessageBytes))
+
+	hello := &Message{Type: TypeHello, Seq: 1, Time: time.Now(), Hello: &Hello{
+		Version: ProtocolVersion, Cluster: a.opts.Cluster, Instance: a.opts.Instance, Token: token,
+		Metadata: a.currentMetadata(),
+	}}
+	if _, err := writeMessage(conn, hello); err != nil {
+		return false, err
+	}
+	m, _, err := readMessage(conn, DefaultMaxMessageBytes, DefaultHelloTimeout)
+	if err != nil {
+		if rej, ok := closeReason(err); ok {
+			return false, rej
+		}
+		return false, fmt.Errorf("waiting for welcome: %w", err)
+	}
+	switch {
+	case m.Type == TypeReject:
+		return false, m.Reject
+	case m.Type != TypeWelcome || m.Seq != 1:
+		return false, fmt.Errorf("%w: expected welcome with seq 1, got %s seq %d", ErrProtocol, m.Type, m.Seq)
+	case m.Welcome.MaxMessageBytes < 4096 || m.Welcome.Window < 1:
+		return false, fmt.Errorf("%w: welcome with unusable limits %+v", ErrProtocol, m.Welcome)
+	}
+	a.stats.sessions.Add(1)
+	a.log.Info("connected to the manager", "session", m.Welcome.Session)
+	s := newAgentSession(a, conn, m.Welcome)
+	return true, s.run(ctx)
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// jitter spreads d by ±20%, so edges that lost the manager together do
+// not come back in lockstep.
+func jitter(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}

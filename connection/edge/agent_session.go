@@ -1,0 +1,416 @@
+package edge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/fleetgraph/fleetgraph/index"
+)
+
+// agentSession is one welcomed connection of an edge.
+//
+// Concurrency: run (the Agent's connect goroutine) sends snapshots and
+// deltas; readLoop handles acks, detail requests and rejects; pingLoop
+// pings; each detail request runs on its own goroutine (at most
+// maxDetailWorkers). Every send takes a window token first, which acks give
+// back, so the manager never holds more than its window of this edge's
+// messages. Sends are serialized by writeMu, which also numbers them.
+// fail records the first error and closes done; run then closes the
+// connection and waits for every other goroutine before returning.
+type agentSession struct {
+	a       *Agent
+	conn    *websocket.Conn
+	ctx     context.Context // ends with the session; detail requests use it
+	maxMsg  int
+	window  chan struct{} // tokens: full when nothing is unacknowledged
+	done    chan struct{}
+	failMu  sync.Once
+	err     error
+	workers sync.WaitGroup
+	sem     chan struct{}
+
+	writeMu sync.Mutex
+	seq     uint64        // last sequence number sent; guarded by writeMu
+	sent    atomic.Uint64 // the same, for the reader's ack checks
+	acked   uint64        // owned by readLoop
+	snapID  uint64        // owned by run
+}
+
+func newAgentSession(a *Agent, conn *websocket.Conn, w *Welcome) *agentSession {
+	s := &agentSession{
+		a: a, conn: conn, maxMsg: w.MaxMessageBytes,
+		window: make(chan struct{}, w.Window), done: make(chan struct{}), sem: make(chan struct{}, maxDetailWorkers),
+		seq: 1, acked: 1, // the Hello was 1, and the Welcome acknowledged it
+	}
+	s.sent.Store(1)
+	for range w.Window {
+		s.window <- struct{}{}
+	}
+	return s
+}
+
+func (s *agentSession) fail(err error) {
+	s.failMu.Do(func() {
+		s.err = err
+		close(s.done)
+	})
+}
+
+// run streams until the session fails or ctx ends.
+func (s *agentSession) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.ctx = ctx
+	buf := s.a.buf
+	buf.setConnected(true)
+	defer buf.setConnected(false)
+	s.conn.SetPongHandler(func(string) error {
+		return s.conn.SetReadDeadline(time.Now().Add(s.a.opts.PongWait))
+	})
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		s.readLoop()
+	}()
+	var bg sync.WaitGroup
+	bg.Go(func() { s.pingLoop(ctx) })
+
+	err := s.stream(ctx)
+	if err == nil || ctx.Err() != nil {
+		err = ctx.Err()
+	}
+	s.fail(err)
+	if rej := asReject(s.err); rej != nil && !isPeerReject(s.err) {
+		s.writeReject(rej) // our complaint about the manager
+		sendClose(s.conn, rej)
+	} else {
+		_ = s.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""),
+			time.Now().Add(controlTimeout)) // best effort: the manager may be gone
+	}
+	// The reader ends when the manager answers the close frame.
+	grace := time.NewTimer(closeGrace)
+	select {
+	case <-readDone:
+	case <-grace.C:
+	}
+	grace.Stop()
+	_ = s.conn.Close() // frees the socket; its error says nothing new
+	<-readDone
+	cancel()
+	bg.Wait()
+	s.workers.Wait()
+	return s.err
+}
+
+// isPeerReject reports whether err is a Reject the manager sent.
+func isPeerReject(err error) bool {
+	var r *Reject
+	return errors.As(err, &r)
+}
+
+func (s *agentSession) writeReject(r *Reject) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	s.seq++
+	if _, err := writeMessage(s.conn, &Message{Type: TypeReject, Seq: s.seq, Time: time.Now(), Reject: r}); err != nil {
+		s.a.log.Debug("writing reject failed", "err", err)
+	}
+}
+
+// stream sends the first full snapshot once the local collection is ready,
+// then kind snapshots, deltas and periodic full resyncs. It returns when
+// the session fails or ctx ends.
+func (s *agentSession) stream(ctx context.Context) error {
+	buf := s.a.buf
+	for !buf.ready() {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.done:
+			return s.err
+		case <-buf.wake:
+		case <-time.After(time.Second): // the collector may start without a change to report
+		}
+	}
+	resync := s.a.opts.Resync
+	interval := resync.Interval
+	timer := time.NewTimer(interval)
+	defer timer.Stop()
+	due := true
+	for {
+		if due || buf.fullDue() {
+			full := buf.takeFull()
+			if err := s.sendSnapshot(ctx, true, full.kinds, full.rows, s.a.currentMetadata()); err != nil {
+				return err
+			}
+			interval = resync.next(interval, full.changes, len(full.rows), full.overflowed)
+			timer.Reset(interval)
+			due = false
+		}
+		snaps, errs := buf.takeKinds()
+		for _, ks := range snaps {
+			if err := s.sendSnapshot(ctx, false, []KindState{ks.state}, ks.rows, nil); err != nil {
+				return err
+			}
+		}
+		for first := true; ; first = false {
+			ups, dels := buf.takeDelta(maxDeltaKeys)
+			if len(ups)+len(dels) == 0 && (!first || len(errs) == 0) {
+				break
+			}
+			if err := s.sendDelta(ctx, ups, dels, errs); err != nil {
+				return err
+			}
+			errs = nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.done:
+			return s.err
+		case <-buf.wake:
+		case <-timer.C:
+			due = true
+		}
+	}
+}
+
+// send numbers and writes one message once the window allows it.
+func (s *agentSession) send(ctx context.Context, m *Message) error {
+	select {
+	case <-s.window:
+	case <-s.done:
+		return s.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	s.seq++
+	m.Seq, m.Time = s.seq, time.Now()
+	s.sent.Store(s.seq)
+	n, err := writeMessage(s.conn, m)
+	if err != nil {
+		s.fail(err)
+		return err
+	}
+	s.a.stats.messages.Add(1)
+	s.a.stats.bytes.Add(uint64(n))
+	return nil
+}
+
+// overhead is the encoded size of m with no rows, plus slack.
+func overhead(m *Message) (int, error) {
+	data, err := json.Marshal(m)
+	if err != nil {
+		return 0, fmt.Errorf("encode %s: %w", m.Type, err)
+	}
+	return len(data) + envelopeSlack, nil
+}
+
+// sendSnapshot sends rows of the given kinds as one snapshot, in as many
+// parts as the manager's message limit needs. Rows are encoded one at a
+// time as the parts fill, so only one part is held encoded.
+func (s *agentSession) sendSnapshot(ctx context.Context, full bool, kinds []KindState, rows []index.Object, md map[string]string) error {
+	s.snapID++
+	sn := &Snapshot{ID: s.snapID, Full: full, Kinds: kinds, Metadata: md, Rows: []json.RawMessage{}}
+	budget0, err := overhead(&Message{Type: TypeSnapshot, Seq: s.seq, Snapshot: sn})
+	if err != nil {
+		return err
+	}
+	budget := s.maxMsg - budget0
+	size := 0
+	flush := func(final bool) error {
+		sn.Final = final
+		if err := s.send(ctx, &Message{Type: TypeSnapshot, Snapshot: sn}); err != nil {
+			return err
+		}
+		s.a.stats.parts.Add(1)
+		s.a.stats.rows.Add(uint64(len(sn.Rows)))
+		// Later parts carry no kinds or metadata: they get more room.
+		sn = &Snapshot{ID: sn.ID, Part: sn.Part + 1, Full: full, Rows: sn.Rows[:0]}
+		budget, size = s.maxMsg-budget0+kindsSize(kinds, md), 0
+		return nil
+	}
+	for i := range rows {
+		raw, err := json.Marshal(&rows[i])
+		if err != nil {
+			return fmt.Errorf("encode row %s: %w", rows[i].Key(), err)
+		}
+		n := len(raw) + 1
+		if n > s.maxMsg-budget0 {
+			s.a.stats.tooBig.Add(1)
+			s.a.log.Error("row too large for any message; skipped", "row", rows[i].Key(), "bytes", len(raw))
+			continue
+		}
+		if size+n > budget && len(sn.Rows) > 0 {
+			if err := flush(false); err != nil {
+				return err
+			}
+		}
+		sn.Rows = append(sn.Rows, raw)
+		size += n
+	}
+	if err := flush(true); err != nil {
+		return err
+	}
+	s.a.stats.snapshots.Add(1)
+	return nil
+}
+
+// kindsSize is what part 0 spends on kinds and metadata.
+func kindsSize(kinds []KindState, md map[string]string) int {
+	data, err := json.Marshal(struct {
+		K []KindState       `json:"kinds"`
+		M map[string]string `json:"metadata"`
+	}{kinds, md})
+	if err != nil {
+		return 0
+	}
+	return len(data)
+}
+
+// sendDelta sends changes, split over messages as the limit needs. Kind
+// errors go with the first message.
+func (s *agentSession) sendDelta(ctx context.Context, ups []index.Object, dels []index.Key, kinds []KindState) error {
+	d := &Delta{Kinds: kinds}
+	base, err := overhead(&Message{Type: TypeDelta, Seq: s.seq, Delta: d})
+	if err != nil {
+		return err
+	}
+	budget, size := s.maxMsg-base, 0
+	flush := func() error {
+		if err := s.send(ctx, &Message{Type: TypeDelta, Delta: d}); err != nil {
+			return err
+		}
+		d, size = &Delta{}, 0
+		return nil
+	}
+	for i := range ups {
+		raw, err := json.Marshal(&ups[i])
+		if err != nil {
+			return fmt.Errorf("encode row %s: %w", ups[i].Key(), err)
+		}
+		if len(raw)+1 > budget {
+			s.a.stats.tooBig.Add(1)
+			s.a.log.Error("row too large for any message; skipped", "row", ups[i].Key(), "bytes", len(raw))
+			continue
+		}
+		if size+len(raw)+1 > budget {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		d.Upserts = append(d.Upserts, raw)
+		size += len(raw) + 1
+	}
+	for _, k := range dels {
+		n := len(k.Cluster) + len(k.Group) + len(k.Kind) + len(k.Namespace) + len(k.Name) + 80 // field names and quotes
+		if size+n > budget {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		d.Deletes = append(d.Deletes, k)
+		size += n
+	}
+	return flush()
+}
+
+// readLoop handles what the manager sends until the connection fails.
+func (s *agentSession) readLoop() {
+	expect := uint64(2) // the Welcome was 1
+	for {
+		m, _, err := readMessage(s.conn, DefaultMaxMessageBytes, s.a.opts.PongWait)
+		if err != nil {
+			if rej, ok := closeReason(err); ok {
+				err = rej
+			}
+			s.fail(err)
+			return
+		}
+		if m.Seq != expect {
+			s.fail(rejectf(ReasonSequenceGap, "expected seq %d from the manager, got %d", expect, m.Seq))
+			return
+		}
+		expect++
+		switch m.Type {
+		case TypeAck:
+			if err := s.ack(m.Ack.Seq); err != nil {
+				s.fail(err)
+				return
+			}
+		case TypeDetailRequest:
+			s.startDetail(m.DetailRequest)
+		case TypeReject:
+			s.fail(m.Reject)
+			return
+		default:
+			s.fail(rejectf(ReasonInvalid, "a manager may not send %s messages in a session", m.Type))
+			return
+		}
+	}
+}
+
+// ack returns window tokens for every message up to seq.
+func (s *agentSession) ack(seq uint64) error {
+	if seq <= s.acked || seq > s.sent.Load() {
+		return rejectf(ReasonInvalid, "ack of seq %d, but %d was acked and %d is the last sent", seq, s.acked, s.sent.Load())
+	}
+	for ; s.acked < seq; s.acked++ {
+		select {
+		case s.window <- struct{}{}:
+		default: // cannot happen: tokens taken equal messages unacked
+		}
+	}
+	return nil
+}
+
+// startDetail performs a detail request on its own goroutine. Requests
+// over the worker bound are dropped; the manager times them out.
+func (s *agentSession) startDetail(req *DetailRequest) {
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		s.a.log.Warn("too many detail requests in flight; dropped one", "path", req.Path)
+		return
+	}
+	s.workers.Go(func() {
+		defer func() { <-s.sem }()
+		var resp *DetailResponse
+		if s.a.detail == nil {
+			resp = &DetailResponse{ID: req.ID, Error: "this edge does not serve detail requests"}
+		} else {
+			resp = s.a.detail.perform(s.ctx, req)
+		}
+		if err := s.send(s.ctx, &Message{Type: TypeDetailResponse, DetailResponse: resp}); err != nil {
+			s.a.log.Debug("sending a detail response failed", "err", err)
+		}
+	})
+}
+
+// pingLoop pings the manager every interval until ctx ends.
+func (s *agentSession) pingLoop(ctx context.Context) {
+	t := time.NewTicker(s.a.opts.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.done:
+			return
+		case <-t.C:
+		}
+		if err := s.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(controlTimeout)); err != nil {
+			s.fail(fmt.Errorf("ping: %w", err))
+			return
+		}
+	}
+}

@@ -1,0 +1,17 @@
+// Package edge is fleetgraph's push mode (seed 002): an edge Agent runs
+// the collector next to one cluster and streams its rows to the manager
+// over a websocket, and the manager's Hub writes them into the index
+// through the same Sink operations a pull collector uses.
+//
+// protocol.go is the whole wire protocol: Hello, then Welcome or Reject;
+// then snapshots (chunked under the message limit, applied atomically per
+// kind) and deltas from the edge, each numbered and acknowledged; detail
+// requests from the manager that the edge performs on its own API server
+// as the viewer. The Hub enforces one edge per cluster with a grace period
+// for the last instance, marks a cluster DISCONNECTED once per outage and
+// keeps its rows as stale, and ends sessions that send bad input with a
+// reason.
+//
+// It does not normalize objects (collector), store them (index) or answer
+// queries (graph).
+package edge

@@ -1,0 +1,363 @@
+package edge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"go.uber.org/goleak"
+
+	"github.com/fleetgraph/fleetgraph/index"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// klog's flush daemon and client-go's process-wide watchers
+		// start on first use and live for the process.
+		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
+		goleak.IgnoreAnyFunction("k8s.io/client-go/util/workqueue.(*Type).updateUnfinishedWorkLoop"),
+		goleak.IgnoreAnyFunction("k8s.io/apimachinery/pkg/util/wait.BackoffUntilWithContext.func1"),
+	)
+}
+
+// hubHarness is a Hub on a real HTTP server over an index.
+type hubHarness struct {
+	hub   *Hub
+	store *index.Store
+	url   string // ws://.../edge
+	rec   *recorder
+}
+
+// tokens used by the tests: one per cluster.
+var testTokens = map[string]string{"tok-a": "edge-a", "tok-b": "edge-b", "tok-c": "edge-c", "tok-d": "edge-d"}
+
+func tokenFor(cluster string) string {
+	for tok, c := range testTokens {
+		if c == cluster {
+			return tok
+		}
+	}
+	return "tok-" + cluster
+}
+
+func newHubHarness(t *testing.T, opts HubOptions) *hubHarness {
+	t.Helper()
+	h := &hubHarness{store: index.New()}
+	opts.Store = h.store
+	if opts.Tokens == nil {
+		opts.Tokens = NewStaticTokens(testTokens)
+	}
+	hub, err := NewHub(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.hub = hub
+	h.rec = newRecorder(t, h.store)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- hub.Run(ctx) }()
+	srv := httptest.NewServer(hub)
+	h.url = "ws" + strings.TrimPrefix(srv.URL, "http") + "/edge"
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("hub: %v", err)
+		}
+		srv.Close()
+	})
+	return h
+}
+
+// transition is one recorded state change of a cluster.
+type transition struct {
+	cluster string
+	state   index.ConnectionState
+	at      time.Time
+	err     string
+}
+
+// recorder follows the index change feed, as a subscriber would, and
+// records every cluster state transition.
+type recorder struct {
+	mu     sync.Mutex
+	events []transition
+	wake   chan struct{}
+}
+
+func newRecorder(t *testing.T, store *index.Store) *recorder {
+	r := &recorder{wake: make(chan struct{}, 1)}
+	sub, err := store.Subscribe(store.LastSeq())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer sub.Close()
+		var buf []*index.Event
+		for {
+			evs, err := sub.Next(ctx, buf[:0])
+			if err != nil {
+				return
+			}
+			buf = evs
+			for _, e := range evs {
+				if e.Type != index.EventCluster || (e.PreviousCluster != nil && e.PreviousCluster.State == e.ClusterRow.State) {
+					continue
+				}
+				r.mu.Lock()
+				r.events = append(r.events, transition{e.Cluster, e.ClusterRow.State, time.Now(), e.ClusterRow.LastError})
+				r.mu.Unlock()
+				select {
+				case r.wake <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return r
+}
+
+// waitFor waits for the n-th transition of cluster into state and returns
+// when it happened.
+func (r *recorder) waitFor(t *testing.T, cluster string, state index.ConnectionState, n int, timeout time.Duration) time.Time {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		seen := 0
+		for _, e := range r.of(cluster) {
+			if e.state == state {
+				if seen++; seen == n {
+					return e.at
+				}
+			}
+		}
+		select {
+		case <-r.wake:
+		case <-time.After(50 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("cluster %s: no %s transition #%d within %s; transitions: %v", cluster, state, n, timeout, r.of(cluster))
+		}
+	}
+}
+
+func (r *recorder) count(cluster string, state index.ConnectionState) int {
+	n := 0
+	for _, e := range r.of(cluster) {
+		if e.state == state {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *recorder) of(cluster string) []transition {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []transition
+	for _, e := range r.events {
+		if e.cluster == cluster {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// rawClient speaks the protocol by hand, to send what a real edge never
+// would.
+type rawClient struct {
+	t    *testing.T
+	conn *websocket.Conn
+	seq  uint64
+}
+
+func dialRaw(t *testing.T, url string) *rawClient {
+	t.Helper()
+	d := websocket.Dialer{EnableCompression: true, Subprotocols: []string{Subprotocol}, HandshakeTimeout: 5 * time.Second}
+	conn, resp, err := d.Dial(url, nil)
+	if resp != nil {
+		_ = resp.Body.Close()
+	}
+	if err != nil {
+		t.Fatalf("dial %s: %v", url, err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return &rawClient{t: t, conn: conn}
+}
+
+// send numbers and writes a message.
+func (c *rawClient) send(m *Message) {
+	c.t.Helper()
+	c.seq++
+	if m.Seq == 0 {
+		m.Seq = c.seq
+	}
+	m.Time = time.Now()
+	if _, err := writeMessage(c.conn, m); err != nil {
+		c.t.Fatalf("send %s: %v", m.Type, err)
+	}
+}
+
+func (c *rawClient) read() (*Message, error) {
+	m, _, err := readMessage(c.conn, DefaultMaxMessageBytes, 10*time.Second)
+	return m, err
+}
+
+// hello claims a cluster and returns the manager's answer.
+func (c *rawClient) hello(cluster, instance, token string) *Message {
+	c.t.Helper()
+	c.send(&Message{Type: TypeHello, Hello: &Hello{Version: ProtocolVersion, Cluster: cluster, Instance: instance, Token: token}})
+	m, err := c.read()
+	if err != nil {
+		c.t.Fatalf("reading the answer to hello: %v", err)
+	}
+	return m
+}
+
+// welcome claims a cluster and fails unless welcomed.
+func (c *rawClient) welcome(cluster, instance string) {
+	c.t.Helper()
+	if m := c.hello(cluster, instance, tokenFor(cluster)); m.Type != TypeWelcome {
+		c.t.Fatalf("hello for %s/%s: got %s %+v", cluster, instance, m.Type, m.Reject)
+	}
+}
+
+// awaitAck reads until the ack of seq.
+func (c *rawClient) awaitAck(seq uint64) {
+	c.t.Helper()
+	for {
+		m, err := c.read()
+		if err != nil {
+			c.t.Fatalf("waiting for ack %d: %v", seq, err)
+		}
+		if m.Type == TypeReject {
+			c.t.Fatalf("waiting for ack %d: rejected: %+v", seq, m.Reject)
+		}
+		if m.Type == TypeAck && m.Ack.Seq >= seq {
+			return
+		}
+	}
+}
+
+// expectReject reads until a Reject and then the close frame, and checks
+// both carry reason.
+func (c *rawClient) expectReject(reason Reason) {
+	c.t.Helper()
+	var rej *Reject
+	for rej == nil {
+		m, err := c.read()
+		if err != nil {
+			c.t.Fatalf("expected a %s reject, got %v", reason, err)
+		}
+		if m.Type == TypeReject {
+			rej = m.Reject
+		}
+	}
+	if rej.Reason != reason {
+		c.t.Fatalf("rejected with %s (%s), want %s", rej.Reason, rej.Message, reason)
+	}
+	_, err := c.read()
+	var ce *websocket.CloseError
+	if !errors.As(err, &ce) {
+		c.t.Fatalf("after the reject: %v, want a close frame", err)
+	}
+	if ce.Code != CloseCode(reason) || !strings.HasPrefix(ce.Text, string(reason)+": ") {
+		c.t.Fatalf("close frame %d %q, want %d %q...", ce.Code, ce.Text, CloseCode(reason), reason)
+	}
+}
+
+// testKind is the kind raw clients send rows of.
+var testKind = index.Kind{Version: "v1", Kind: "ConfigMap", Resource: "configmaps", Namespaced: true}
+
+func testRows(cluster string, n int, rv string) []index.Object {
+	rows := make([]index.Object, n)
+	for i := range rows {
+		rows[i] = index.Object{
+			Cluster: cluster, Namespace: "default", Version: "v1", Kind: "ConfigMap", Resource: "configmaps",
+			Name: fmt.Sprintf("cm-%05d", i), UID: fmt.Sprintf("uid-%d", i), ResourceVersion: rv,
+			Status: index.StatusHealthy, Labels: map[string]string{"app": "demo", "n": fmt.Sprint(i % 10)},
+			CreatedAt: time.Unix(1700000000, 0).UTC(),
+		}
+	}
+	return rows
+}
+
+func rawRows(t *testing.T, rows []index.Object) []json.RawMessage {
+	t.Helper()
+	out := make([]json.RawMessage, len(rows))
+	for i := range rows {
+		data, err := json.Marshal(&rows[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = data
+	}
+	return out
+}
+
+// snapshotMsg is a one-part full snapshot of testKind.
+func snapshotMsg(t *testing.T, id uint64, rows []index.Object) *Message {
+	return &Message{Type: TypeSnapshot, Snapshot: &Snapshot{
+		ID: id, Final: true, Full: true, Kinds: []KindState{{Kind: testKind, Synced: true}}, Rows: rawRows(t, rows),
+	}}
+}
+
+// names returns the sorted names of a cluster's rows in the index.
+func names(t *testing.T, store *index.Store, cluster string) []string {
+	t.Helper()
+	var out []string
+	for _, o := range allRows(t, store, cluster) {
+		out = append(out, o.Kind+"/"+o.Namespace+"/"+o.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// allRows returns every object row of a cluster in the index.
+func allRows(t *testing.T, store *index.Store, cluster string) []*index.Object {
+	t.Helper()
+	var out []*index.Object
+	after := ""
+	for {
+		page, err := store.Query(context.Background(), index.Query{
+			Filter: index.Filter{Clusters: []string{cluster}}, First: index.MaxPageSize, After: after,
+			Access: &index.Access{All: true},
+		})
+		if err != nil {
+			t.Fatalf("query: %v", err)
+		}
+		for _, e := range page.Edges {
+			out = append(out, e.Object)
+		}
+		if !page.HasNextPage {
+			return out
+		}
+		after = page.Edges[len(page.Edges)-1].Cursor
+	}
+}
+
+// eventually retries check until it returns nil or timeout passes, and
+// returns how long it took.
+func eventually(t *testing.T, timeout time.Duration, what string, check func() error) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var err error
+	for time.Since(start) < timeout {
+		if err = check(); err == nil {
+			return time.Since(start)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s: not true within %s: %v", what, timeout, err)
+	return 0
+}

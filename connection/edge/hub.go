@@ -1,0 +1,423 @@
+package edge
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/rest"
+
+	"github.com/fleetgraph/fleetgraph/index"
+)
+
+// Defaults for HubOptions.
+const (
+	// DefaultGrace is how long a cluster stays reserved for its last
+	// edge instance after a disconnect (seed 002: a grace period against
+	// connection races). Long enough for an edge to notice the loss and
+	// reconnect through its backoff, short enough that a replacement
+	// edge is not locked out for long when the old one is dead.
+	DefaultGrace = 30 * time.Second
+	// DefaultWindow is how many unacknowledged messages an edge may have
+	// in flight: enough to keep a link with some latency busy, and with
+	// 4 MiB messages a bound of 64 MiB on what one session buffers.
+	DefaultWindow = 16
+	// DefaultMaxSnapshotBytes bounds the rows of one snapshot the manager
+	// holds until the snapshot is complete: about half a million rows.
+	DefaultMaxSnapshotBytes = 512 << 20
+	// DefaultHelloTimeout bounds the wait for a Hello after the upgrade,
+	// so idle sockets cannot pile up.
+	DefaultHelloTimeout = 10 * time.Second
+	// DefaultPingInterval and DefaultPongWait are the keep-alive: each
+	// side pings every interval and drops a peer it has heard nothing
+	// from (message or pong) for PongWait, which finds a half-open
+	// connection within about 15 s.
+	DefaultPingInterval = 5 * time.Second
+	DefaultPongWait     = 15 * time.Second
+	// lastSeenEvery throttles writes of LastSeen while connected: each
+	// write is a change event for subscribers.
+	lastSeenEvery = 10 * time.Second
+	// maxDetailInFlight bounds detail requests waiting on one edge, so a
+	// burst of object(...) queries cannot queue without limit behind a
+	// slow leaf.
+	maxDetailInFlight = 8
+	// maxHelloBytes is the read limit before a session is welcomed: a
+	// Hello is small, and an unauthenticated peer gets no more.
+	maxHelloBytes = 64 << 10
+	// maxNameLength bounds cluster and instance names (a DNS name's
+	// limit), and maxMetadata the metadata a Hello may carry.
+	maxNameLength  = 253
+	maxMetadata    = 64
+	maxMetadataLen = 1024
+)
+
+// Store is what a Hub writes: rows through the Sink operations, and the
+// cluster row. *index.Store implements it. If it also has
+// UpsertBatch(ctx, []index.Object) error, deltas use it.
+type Store interface {
+	index.Sink
+	UpsertCluster(ctx context.Context, c index.Cluster) error
+}
+
+// batchUpserter is the optional batch write of a Store.
+type batchUpserter interface {
+	UpsertBatch(ctx context.Context, rows []index.Object) error
+}
+
+// RESTConfigSource is what graph.LeafClients asks for; the Hub answers for
+// push-mode clusters and hands other clusters to a fallback (the pull
+// manager).
+type RESTConfigSource interface {
+	RESTConfig(cluster string) (*rest.Config, error)
+}
+
+// HubOptions configures a Hub. Store and Tokens are required.
+type HubOptions struct {
+	Store  Store
+	Tokens Tokens
+	// Grace, MaxMessageBytes, MaxSnapshotBytes, Window, HelloTimeout,
+	// PingInterval and PongWait default to the constants above.
+	Grace            time.Duration
+	MaxMessageBytes  int
+	MaxSnapshotBytes int
+	Window           int
+	HelloTimeout     time.Duration
+	PingInterval     time.Duration
+	PongWait         time.Duration
+	// IsPull reports clusters collected in pull mode; an edge claiming
+	// one is rejected, so one cluster never has two writers.
+	IsPull func(cluster string) bool
+	// Fallback answers RESTConfig for clusters no edge ever claimed.
+	Fallback RESTConfigSource
+	// Registerer, if set, receives the hub's metrics.
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+}
+
+func (o *HubOptions) setDefaults() {
+	setDefault(&o.Grace, DefaultGrace)
+	setDefault(&o.HelloTimeout, DefaultHelloTimeout)
+	setDefault(&o.PingInterval, DefaultPingInterval)
+	setDefault(&o.PongWait, DefaultPongWait)
+	if o.MaxMessageBytes <= 0 {
+		o.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if o.MaxSnapshotBytes <= 0 {
+		o.MaxSnapshotBytes = DefaultMaxSnapshotBytes
+	}
+	if o.Window <= 0 {
+		o.Window = DefaultWindow
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+func setDefault(d *time.Duration, v time.Duration) {
+	if *d <= 0 {
+		*d = v
+	}
+}
+
+// Hub is the manager side of push mode: an http.Handler that accepts edge
+// websockets, authenticates them, enforces one edge per cluster with a
+// grace period, and writes each session's rows into the index through the
+// same Sink operations a pull collector uses.
+//
+// Concurrency: each session runs on the HTTP handler goroutine that
+// upgraded it, plus a reader and a pinger goroutine of its own; the handler
+// goroutine applies messages and owns the cluster row while its session
+// holds the claim. mu guards claims and the running state. Run's context
+// is the parent of every session: when it ends, sessions close with
+// ReasonShutdown, and Run returns after the last handler has.
+type Hub struct {
+	opts     HubOptions
+	metrics  *hubMetrics
+	upgrader websocket.Upgrader
+
+	mu      sync.Mutex
+	ctx     context.Context // set by Run
+	stopped bool
+	claims  map[string]*claim
+	wg      sync.WaitGroup
+}
+
+// claim is a cluster's reservation by an edge instance.
+type claim struct {
+	instance string
+	active   *session  // nil between sessions
+	released time.Time // when active became nil
+	// row is the cluster row, owned by the active session (and by nobody
+	// between sessions).
+	row index.Cluster
+}
+
+// Errors of RESTConfig.
+var (
+	ErrNotConnected   = errors.New("edge not connected")
+	ErrUnknownCluster = errors.New("unknown cluster")
+)
+
+// NewHub returns a Hub. It serves nothing until Run is called.
+func NewHub(opts HubOptions) (*Hub, error) {
+	if opts.Store == nil || opts.Tokens == nil {
+		return nil, errors.New("edge: HubOptions.Store and Tokens are required")
+	}
+	opts.setDefaults()
+	h := &Hub{opts: opts, metrics: newHubMetrics(), claims: map[string]*claim{}}
+	h.upgrader = websocket.Upgrader{
+		HandshakeTimeout:  opts.HelloTimeout,
+		EnableCompression: true,
+		Subprotocols:      []string{Subprotocol},
+		// Edges are programs, not pages: a request with an Origin
+		// header comes from a browser and is refused, so no web page
+		// can open an edge session with a visitor's network position.
+		CheckOrigin: func(r *http.Request) bool { return r.Header.Get("Origin") == "" },
+	}
+	if opts.Registerer != nil {
+		if err := h.metrics.register(opts.Registerer); err != nil {
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
+// Run serves sessions until ctx ends, then closes them and returns after
+// every session has ended.
+func (h *Hub) Run(ctx context.Context) error {
+	h.mu.Lock()
+	if h.ctx != nil {
+		h.mu.Unlock()
+		return errors.New("edge: Hub.Run called twice")
+	}
+	h.ctx = ctx
+	h.mu.Unlock()
+	<-ctx.Done()
+	h.mu.Lock()
+	h.stopped = true
+	h.mu.Unlock()
+	h.wg.Wait()
+	return nil
+}
+
+// ServeHTTP upgrades an edge's request and runs its session until it ends.
+func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", http.MethodGet)
+		http.Error(w, "edge sessions are websockets: use GET with an upgrade", http.StatusMethodNotAllowed)
+		return
+	}
+	h.mu.Lock()
+	ctx, running := h.ctx, h.ctx != nil && !h.stopped
+	if running {
+		h.wg.Add(1)
+	}
+	h.mu.Unlock()
+	if !running {
+		http.Error(w, "edge hub is not running", http.StatusServiceUnavailable)
+		return
+	}
+	defer h.wg.Done()
+	conn, err := h.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		// The upgrader has answered with an HTTP error already.
+		h.opts.Logger.Debug("edge upgrade failed", "remote", r.RemoteAddr, "err", err)
+		return
+	}
+	h.serve(ctx, conn, r.RemoteAddr)
+}
+
+// serve runs the handshake and, when it succeeds, the session.
+func (h *Hub) serve(ctx context.Context, conn *websocket.Conn, remote string) {
+	conn.SetReadLimit(wireLimit(maxHelloBytes))
+	conn.EnableWriteCompression(true)
+	log := h.opts.Logger.With("remote", remote)
+	hello, err := readHello(conn, h.opts.HelloTimeout)
+	if err != nil {
+		h.refuse(conn, log, err)
+		return
+	}
+	s := newSession(h, conn, hello)
+	if err := h.acquire(s); err != nil {
+		h.refuse(conn, log.With("cluster", hello.Cluster, "instance", hello.Instance), err)
+		return
+	}
+	h.metrics.handshakes.WithLabelValues("welcome").Inc()
+	s.run(ctx)
+}
+
+// refuse answers a failed handshake with a Reject, or just closes the
+// connection when the peer went away.
+func (h *Hub) refuse(conn *websocket.Conn, log *slog.Logger, err error) {
+	h.metrics.handshakes.WithLabelValues("reject").Inc()
+	rej := asReject(err)
+	if rej == nil {
+		log.Debug("edge handshake failed", "err", err)
+		_ = conn.Close() // the peer is gone; there is no one to tell
+		return
+	}
+	h.metrics.rejects.WithLabelValues(string(rej.Reason)).Inc()
+	log.Warn("edge rejected", "reason", rej.Reason, "message", rej.Message)
+	if _, err := writeMessage(conn, &Message{Type: TypeReject, Seq: 1, Time: time.Now(), Reject: rej}); err != nil {
+		log.Debug("writing reject failed", "err", err)
+	}
+	closeWith(conn, rej)
+}
+
+// readHello reads and checks the first message of a session.
+func readHello(conn *websocket.Conn, timeout time.Duration) (*Hello, error) {
+	m, _, err := readMessage(conn, maxHelloBytes, timeout)
+	if err != nil {
+		return nil, err
+	}
+	if m.Type != TypeHello {
+		return nil, rejectf(ReasonInvalid, "the first message must be hello, got %s", m.Type)
+	}
+	if m.Seq != 1 {
+		return nil, rejectf(ReasonSequenceGap, "expected seq 1, got %d", m.Seq)
+	}
+	hello := m.Hello
+	switch {
+	case hello.Version != ProtocolVersion:
+		return nil, rejectf(ReasonInvalid, "protocol version %d is not supported; this manager speaks version %d", hello.Version, ProtocolVersion)
+	case !validName(hello.Cluster):
+		return nil, rejectf(ReasonInvalid, "cluster id must be 1 to %d bytes without control characters", maxNameLength)
+	case !validName(hello.Instance):
+		return nil, rejectf(ReasonInvalid, "instance id must be 1 to %d bytes without control characters", maxNameLength)
+	case len(hello.Metadata) > maxMetadata:
+		return nil, rejectf(ReasonInvalid, "more than %d metadata entries", maxMetadata)
+	}
+	for k, v := range hello.Metadata {
+		if len(k)+len(v) > maxMetadataLen {
+			return nil, rejectf(ReasonInvalid, "metadata entry %.40q is over %d bytes", k, maxMetadataLen)
+		}
+	}
+	return hello, nil
+}
+
+func validName(s string) bool {
+	if s == "" || len(s) > maxNameLength {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// acquire checks a session's token and claims its cluster for it. An
+// active session of the same instance is superseded: that is an edge
+// reconnecting before the manager noticed its old connection die.
+func (h *Hub) acquire(s *session) error {
+	hello := s.hello
+	cluster, ok := h.opts.Tokens.Cluster(hello.Token)
+	switch {
+	case !ok:
+		return rejectf(ReasonUnauthorized, "unknown edge token")
+	case cluster != hello.Cluster:
+		return rejectf(ReasonUnauthorized, "the token is not valid for cluster %q", hello.Cluster)
+	case h.opts.IsPull != nil && h.opts.IsPull(cluster):
+		return rejectf(ReasonInvalid, "cluster %q is collected in pull mode by this manager", cluster)
+	}
+	superseded := false
+	for {
+		h.mu.Lock()
+		c := h.claims[cluster]
+		if c == nil {
+			c = &claim{row: index.Cluster{Name: cluster, Mode: index.ModePush}}
+			h.claims[cluster] = c
+		}
+		now := time.Now()
+		switch {
+		case c.active != nil && c.instance == hello.Instance && !superseded:
+			old := c.active
+			h.mu.Unlock()
+			old.end(rejectf(ReasonSuperseded, "edge instance %q connected again", hello.Instance))
+			<-old.done
+			superseded = true
+			continue
+		case c.active != nil:
+			h.mu.Unlock()
+			return rejectf(ReasonAlreadyClaimed, "cluster %q is claimed by edge instance %q", cluster, c.instance)
+		case c.instance != "" && c.instance != hello.Instance && now.Before(c.released.Add(h.opts.Grace)):
+			left := c.released.Add(h.opts.Grace).Sub(now)
+			h.mu.Unlock()
+			return &RejectError{
+				Reason: ReasonGracePeriod, Message: fmt.Sprintf(
+					"cluster %q is reserved for edge instance %q for %s after its disconnect", cluster, c.instance, left.Round(time.Second)),
+				retryAfter: left,
+			}
+		}
+		c.instance, c.active = hello.Instance, s
+		s.claim = c
+		h.mu.Unlock()
+		return nil
+	}
+}
+
+// release ends a session's claim; the grace period starts.
+func (h *Hub) release(s *session) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s.claim.active == s {
+		s.claim.active, s.claim.released = nil, time.Now()
+	}
+}
+
+// active returns the cluster's session and whether any edge ever claimed
+// the cluster.
+func (h *Hub) active(cluster string) (*session, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.claims[cluster]
+	if c == nil {
+		return nil, false
+	}
+	return c.active, true
+}
+
+// Connected returns the clusters with an edge session open now.
+func (h *Hub) Connected() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for name, c := range h.claims {
+		if c.active != nil {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// RESTConfig implements graph.LeafClients. For a push-mode cluster the
+// config's transport carries each request over the edge session, and the
+// edge performs it on its API server with the Impersonate headers graph
+// sets; other clusters go to the fallback.
+func (h *Hub) RESTConfig(cluster string) (*rest.Config, error) {
+	s, known := h.active(cluster)
+	switch {
+	case s != nil:
+		return &rest.Config{Host: tunnelHost, Transport: &tunnel{hub: h, cluster: cluster}}, nil
+	case known:
+		return nil, fmt.Errorf("%w: the edge of cluster %q is not connected", ErrNotConnected, cluster)
+	case h.opts.Fallback != nil:
+		return h.opts.Fallback.RESTConfig(cluster)
+	}
+	return nil, fmt.Errorf("%w %q", ErrUnknownCluster, cluster)
+}
+
+func randomID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}

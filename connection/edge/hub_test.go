@@ -1,0 +1,412 @@
+package edge
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fleetgraph/fleetgraph/index"
+)
+
+// TestClaims: one edge per cluster; after a disconnect only the same
+// instance reclaims during the grace period, anyone after it.
+func TestClaims(t *testing.T) {
+	const grace = 1500 * time.Millisecond
+	h := newHubHarness(t, HubOptions{Grace: grace})
+
+	first := dialRaw(t, h.url)
+	first.welcome("edge-a", "one")
+	first.send(snapshotMsg(t, 1, testRows("edge-a", 3, "1")))
+	first.awaitAck(first.seq)
+	h.rec.waitFor(t, "edge-a", index.StateConnected, 1, 5*time.Second)
+
+	dup := dialRaw(t, h.url)
+	if m := dup.hello("edge-a", "two", "tok-a"); m.Type != TypeReject || m.Reject.Reason != ReasonAlreadyClaimed {
+		t.Fatalf("duplicate edge: %s %+v, want an already_claimed reject", m.Type, m.Reject)
+	}
+
+	// The first edge goes away: DISCONNECTED once, rows kept and stale.
+	_ = first.conn.Close()
+	h.rec.waitFor(t, "edge-a", index.StateDisconnected, 1, 5*time.Second)
+	released := time.Now()
+	if got := names(t, h.store, "edge-a"); len(got) != 3 {
+		t.Fatalf("rows after disconnect: %v", got)
+	}
+	if row, _ := h.store.GetCluster(nil, "edge-a"); !row.Stale() || row.Mode != index.ModePush {
+		t.Fatalf("cluster row after disconnect: %+v", row)
+	}
+
+	other := dialRaw(t, h.url)
+	m := other.hello("edge-a", "two", "tok-a")
+	if m.Type != TypeReject || m.Reject.Reason != ReasonGracePeriod || m.Reject.RetryAfterMillis <= 0 {
+		t.Fatalf("other instance in grace: %s %+v, want a grace_period reject with retry-after", m.Type, m.Reject)
+	}
+
+	same := dialRaw(t, h.url)
+	same.welcome("edge-a", "one")
+	same.send(snapshotMsg(t, 1, testRows("edge-a", 2, "2")))
+	same.awaitAck(same.seq)
+	h.rec.waitFor(t, "edge-a", index.StateConnected, 2, 5*time.Second)
+	if got := names(t, h.store, "edge-a"); len(got) != 2 {
+		t.Fatalf("rows after the reclaim's snapshot: %v, want the 2 it sent (no leftovers)", got)
+	}
+	_ = same.conn.Close()
+	h.rec.waitFor(t, "edge-a", index.StateDisconnected, 2, 5*time.Second)
+
+	// After the grace period anyone with the token may claim.
+	time.Sleep(time.Until(released.Add(grace)) + grace)
+	after := dialRaw(t, h.url)
+	after.welcome("edge-a", "two")
+
+	if n := h.rec.count("edge-a", index.StateDisconnected); n != 2 {
+		t.Errorf("%d DISCONNECTED transitions for two outages", n)
+	}
+	for reason, want := range map[Reason]float64{ReasonAlreadyClaimed: 1, ReasonGracePeriod: 1} {
+		if got := testutil.ToFloat64(h.hub.metrics.rejects.WithLabelValues(string(reason))); got != want {
+			t.Errorf("rejects{%s} = %v, want %v", reason, got, want)
+		}
+	}
+}
+
+// TestSupersede: the same instance connecting while its old session is
+// still open (a half-open connection the manager has not noticed) takes
+// over at once.
+func TestSupersede(t *testing.T) {
+	h := newHubHarness(t, HubOptions{})
+	old := dialRaw(t, h.url)
+	old.welcome("edge-b", "one")
+	fresh := dialRaw(t, h.url)
+	fresh.welcome("edge-b", "one")
+	old.expectReject(ReasonSuperseded)
+}
+
+// TestBadInput: every kind of bad input ends the session with its reason
+// and close code; the manager keeps serving and the rows stay.
+func TestBadInput(t *testing.T) {
+	h := newHubHarness(t, HubOptions{MaxMessageBytes: 64 << 10, Grace: time.Millisecond})
+	cases := []struct {
+		name   string
+		reason Reason
+		hello  func(c *rawClient) // instead of a good hello
+		bad    func(t *testing.T, c *rawClient)
+	}{
+		{name: "bad token", reason: ReasonUnauthorized, hello: func(c *rawClient) {
+			c.send(&Message{Type: TypeHello, Hello: &Hello{Version: ProtocolVersion, Cluster: "edge-c", Instance: "i", Token: "nope"}})
+		}},
+		{name: "token of another cluster", reason: ReasonUnauthorized, hello: func(c *rawClient) {
+			c.send(&Message{Type: TypeHello, Hello: &Hello{Version: ProtocolVersion, Cluster: "edge-c", Instance: "i", Token: "tok-a"}})
+		}},
+		{name: "unsupported version", reason: ReasonInvalid, hello: func(c *rawClient) {
+			c.send(&Message{Type: TypeHello, Hello: &Hello{Version: 99, Cluster: "edge-c", Instance: "i", Token: "tok-c"}})
+		}},
+		{name: "no hello first", reason: ReasonInvalid, hello: func(c *rawClient) {
+			c.send(&Message{Type: TypeAck, Ack: &Ack{Seq: 1}})
+		}},
+		{name: "malformed frame", reason: ReasonMalformed, bad: func(t *testing.T, c *rawClient) {
+			if err := c.conn.WriteMessage(websocket.TextMessage, []byte(`{"type":"delta","seq":3,`)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "binary frame", reason: ReasonMalformed, bad: func(t *testing.T, c *rawClient) {
+			if err := c.conn.WriteMessage(websocket.BinaryMessage, []byte{1, 2, 3}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "type without body", reason: ReasonMalformed, bad: func(t *testing.T, c *rawClient) {
+			c.send(&Message{Type: TypeDelta})
+		}},
+		{name: "wrong cluster id in a row", reason: ReasonWrongCluster, bad: func(t *testing.T, c *rawClient) {
+			c.send(&Message{Type: TypeDelta, Delta: &Delta{Upserts: rawRows(t, testRows("edge-a", 1, "9"))}})
+		}},
+		{name: "wrong cluster id in a delete", reason: ReasonWrongCluster, bad: func(t *testing.T, c *rawClient) {
+			c.send(&Message{Type: TypeDelta, Delta: &Delta{Deletes: []index.Key{{Cluster: "edge-a", Kind: "ConfigMap", Namespace: "default", Name: "x"}}}})
+		}},
+		{name: "oversize message", reason: ReasonOversize, bad: func(t *testing.T, c *rawClient) {
+			c.send(&Message{Type: TypeDelta, Delta: &Delta{Upserts: rawRows(t, testRows("edge-c", 1000, "9"))}})
+		}},
+		{name: "oversize on the wire", reason: ReasonOversize, bad: func(t *testing.T, c *rawClient) {
+			c.conn.EnableWriteCompression(false)
+			noise := make([]byte, 200<<10)
+			for i := range noise {
+				noise[i] = byte('a' + (i*7919)%26)
+			}
+			// The manager stops reading mid-message; the write may
+			// or may not finish before it closes.
+			_ = c.conn.WriteMessage(websocket.TextMessage, noise)
+		}},
+		{name: "sequence gap", reason: ReasonSequenceGap, bad: func(t *testing.T, c *rawClient) {
+			c.seq++ // skip one
+			c.send(&Message{Type: TypeDelta, Delta: &Delta{}})
+		}},
+		{name: "delta inside a snapshot", reason: ReasonInvalid, bad: func(t *testing.T, c *rawClient) {
+			m := snapshotMsg(t, 2, testRows("edge-c", 1, "9"))
+			m.Snapshot.Final = false
+			c.send(m)
+			c.send(&Message{Type: TypeDelta, Delta: &Delta{}})
+		}},
+		{name: "manager message from an edge", reason: ReasonInvalid, bad: func(t *testing.T, c *rawClient) {
+			c.send(&Message{Type: TypeWelcome, Welcome: &Welcome{}})
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dialRaw(t, h.url)
+			if tc.hello != nil {
+				tc.hello(c)
+				c.expectReject(tc.reason)
+				return
+			}
+			c.welcome("edge-c", "bad-input")
+			c.send(snapshotMsg(t, 1, testRows("edge-c", 5, "1")))
+			c.awaitAck(c.seq)
+			tc.bad(t, c)
+			c.expectReject(tc.reason)
+			if got := names(t, h.store, "edge-c"); len(got) != 5 {
+				t.Errorf("rows after the reject: %d, want the 5 indexed before", len(got))
+			}
+			eventually(t, 5*time.Second, "claim released", func() error {
+				if row, _ := h.store.GetCluster(nil, "edge-c"); row.State != index.StateDisconnected {
+					return errString("state " + string(row.State))
+				}
+				return nil
+			})
+			row, _ := h.store.GetCluster(nil, "edge-c")
+			if !strings.Contains(row.LastError, string(tc.reason)) {
+				t.Errorf("lastError %q does not name the reason %s", row.LastError, tc.reason)
+			}
+		})
+	}
+	// The manager survived all of it.
+	c := dialRaw(t, h.url)
+	c.welcome("edge-c", "good")
+	c.send(snapshotMsg(t, 1, testRows("edge-c", 1, "1")))
+	c.awaitAck(c.seq)
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
+
+// TestSnapshotChunksAtomic: parts of a snapshot change nothing until the
+// final part, which replaces the kind in one go.
+func TestSnapshotChunksAtomic(t *testing.T) {
+	h := newHubHarness(t, HubOptions{})
+	c := dialRaw(t, h.url)
+	c.welcome("edge-d", "one")
+	c.send(snapshotMsg(t, 1, testRows("edge-d", 10, "1")))
+	c.awaitAck(c.seq)
+	before := names(t, h.store, "edge-d")
+
+	next := testRows("edge-d", 40, "2")[10:] // rows 10..39: all of the old ones go
+	raws := rawRows(t, next)
+	for part := range 3 {
+		sn := &Snapshot{ID: 2, Part: part, Full: true, Final: part == 2, Rows: raws[part*10 : part*10+10]}
+		if part == 0 {
+			sn.Kinds = []KindState{{Kind: testKind, Synced: true}}
+		}
+		c.send(&Message{Type: TypeSnapshot, Snapshot: sn})
+		c.awaitAck(c.seq)
+		got := names(t, h.store, "edge-d")
+		if part < 2 && !slices.Equal(got, before) {
+			t.Fatalf("after part %d the index changed: %d rows", part, len(got))
+		}
+		if part == 2 && (len(got) != 30 || got[0] != "ConfigMap/default/cm-00010") {
+			t.Fatalf("after the final part: %d rows from %v", len(got), got[:1])
+		}
+	}
+}
+
+// TestKindErrorsDegrade: a failing kind makes the cluster DEGRADED and a
+// kind snapshot without error makes it CONNECTED again; a kind the cluster
+// does not serve does not degrade it.
+func TestKindErrorsDegrade(t *testing.T) {
+	h := newHubHarness(t, HubOptions{})
+	c := dialRaw(t, h.url)
+	c.welcome("edge-a", "one")
+	missing := index.Kind{Group: "kustomize.toolkit.fluxcd.io", Kind: "Kustomization"}
+	m := snapshotMsg(t, 1, testRows("edge-a", 2, "1"))
+	m.Snapshot.Kinds = append(m.Snapshot.Kinds, KindState{Kind: missing, Error: "kind not served"})
+	c.send(m)
+	c.awaitAck(c.seq)
+	h.rec.waitFor(t, "edge-a", index.StateConnected, 1, 5*time.Second)
+
+	c.send(&Message{Type: TypeDelta, Delta: &Delta{Kinds: []KindState{{Kind: testKind, Error: "forbidden", Failing: true}}}})
+	c.awaitAck(c.seq)
+	h.rec.waitFor(t, "edge-a", index.StateDegraded, 1, 5*time.Second)
+	if errs := h.store.KindErrors(nil, "edge-a"); len(errs) != 2 {
+		t.Errorf("kind errors %+v, want the missing and the failing kind", errs)
+	}
+	if got := names(t, h.store, "edge-a"); len(got) != 2 {
+		t.Errorf("rows of the failing kind: %v, want them kept", got)
+	}
+
+	fixed := &Message{Type: TypeSnapshot, Snapshot: &Snapshot{
+		ID: 2, Final: true,
+		Kinds: []KindState{{Kind: testKind, Synced: true}}, Rows: rawRows(t, testRows("edge-a", 1, "2")),
+	}}
+	c.send(fixed)
+	c.awaitAck(c.seq)
+	h.rec.waitFor(t, "edge-a", index.StateConnected, 2, 5*time.Second)
+}
+
+func TestParseTokens(t *testing.T) {
+	cases := []struct {
+		name, in string
+		want     map[string]string
+		err      bool
+	}{
+		{name: "simple", in: "a,one\nb , two\n", want: map[string]string{"a": "one", "b": "two"}},
+		{name: "comments and blanks", in: "# tokens\n\n  a,one  \n", want: map[string]string{"a": "one"}},
+		{name: "rotation: two tokens of one cluster", in: "a,one\nb,one\n", want: map[string]string{"a": "one", "b": "one"}},
+		{name: "missing cluster", in: "a,\n", err: true},
+		{name: "no comma", in: "a\n", err: true},
+		{name: "extra field", in: "a,one,two\n", err: true},
+		{name: "token for two clusters", in: "a,one\na,two\n", err: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseTokens([]byte(tc.in))
+			if (err != nil) != tc.err {
+				t.Fatalf("err %v, want error %v", err, tc.err)
+			}
+			if !tc.err && !equalMaps(got, tc.want) {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+	st := NewStaticTokens(map[string]string{"secret": "one"})
+	for tok, want := range map[string]bool{"secret": true, "": false, "secre": false, "secret2": false} {
+		if _, ok := st.Cluster(tok); ok != want {
+			t.Errorf("Cluster(%q) ok=%v, want %v", tok, ok, want)
+		}
+	}
+}
+
+func equalMaps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestResyncNext(t *testing.T) {
+	r := ResyncOptions{Interval: 30 * time.Second, Min: 10 * time.Second, Max: time.Minute}
+	cases := []struct {
+		name          string
+		cur           time.Duration
+		changes, rows int
+		overflowed    bool
+		want          time.Duration
+	}{
+		{"busy halves", 30 * time.Second, 500, 1000, false, 15 * time.Second},
+		{"busy stops at min", 12 * time.Second, 500, 1000, false, 10 * time.Second},
+		{"overflow halves", 30 * time.Second, 1, 1000, true, 15 * time.Second},
+		{"quiet grows", 30 * time.Second, 0, 1000, false, 45 * time.Second},
+		{"quiet stops at max", 50 * time.Second, 0, 1000, false, time.Minute},
+		{"normal returns up", 10 * time.Second, 5, 1000, false, 20 * time.Second},
+		{"normal returns down", time.Minute, 5, 1000, false, 30 * time.Second},
+		{"normal stays", 30 * time.Second, 5, 1000, false, 30 * time.Second},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := r.next(tc.cur, tc.changes, tc.rows, tc.overflowed); got != tc.want {
+				t.Fatalf("next = %s, want %s", got, tc.want)
+			}
+		})
+	}
+	fixed := ResyncOptions{Interval: 30 * time.Second, Min: 30 * time.Second, Max: 30 * time.Second}
+	if got := fixed.next(30*time.Second, 1000, 1000, true); got != 30*time.Second {
+		t.Errorf("adaptation off: %s", got)
+	}
+}
+
+// TestBufferCoalesces: many changes of one object are sent once, with the
+// latest row; overflow schedules a full snapshot instead of growing.
+func TestBufferCoalesces(t *testing.T) {
+	ctx := t.Context()
+	b := newBuffer("c", 3)
+	rows := testRows("c", 5, "1")
+	if err := b.Replace(ctx, "c", testKind, rows); err != nil {
+		t.Fatal(err)
+	}
+	b.setConnected(true)
+	if full := b.takeFull(); len(full.rows) != 5 || len(full.kinds) != 1 {
+		t.Fatalf("full snapshot: %d rows, %d kinds", len(full.rows), len(full.kinds))
+	}
+	for i := range 10 {
+		r := rows[0]
+		r.ResourceVersion = string(rune('a' + i))
+		if err := b.Upsert(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Delete(ctx, rows[1].Key()); err != nil {
+		t.Fatal(err)
+	}
+	ups, dels := b.takeDelta(100)
+	if len(ups) != 1 || ups[0].ResourceVersion != "j" || len(dels) != 1 {
+		t.Fatalf("delta: %d upserts (%v), %d deletes; want the latest row and one delete", len(ups), ups, len(dels))
+	}
+	if got := b.coalesced.Load(); got != 9 {
+		t.Errorf("coalesced %d, want 9", got)
+	}
+	// Unchanged rows are not sent again.
+	if err := b.Upsert(ctx, rows[2]); err != nil {
+		t.Fatal(err)
+	}
+	if ups, dels := b.takeDelta(100); len(ups)+len(dels) != 0 {
+		t.Fatalf("an unchanged row was queued: %v %v", ups, dels)
+	}
+	// Overflow: the pending set is dropped and a full snapshot is due.
+	for i := range 4 {
+		if err := b.Delete(ctx, index.Key{Cluster: "c", Kind: "ConfigMap", Namespace: "x", Name: string(rune('a' + i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !b.fullDue() || b.overflows.Load() != 1 {
+		t.Fatalf("overflow: full due %v, overflows %d", b.fullDue(), b.overflows.Load())
+	}
+	if ups, dels := b.takeDelta(100); len(ups)+len(dels) != 0 {
+		t.Fatalf("pending keys kept after an overflow: %d", len(ups)+len(dels))
+	}
+	// Disconnected: nothing is tracked at all.
+	b.setConnected(false)
+	b.takeFull()
+	if err := b.Upsert(ctx, rows[3]); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.dirty) != 0 {
+		t.Fatalf("a disconnected buffer tracks %d keys", len(b.dirty))
+	}
+	if err := b.Upsert(ctx, index.Object{Cluster: "other", Kind: "ConfigMap", Name: "x"}); err == nil {
+		t.Error("a row of another cluster was accepted")
+	}
+}
+
+func TestAPIPath(t *testing.T) {
+	for p, want := range map[string]bool{
+		"/api/v1/namespaces/a/pods/b": true, "/apis/networking.istio.io/v1/virtualservices": true, "/api": true,
+		"/api/../debug/pprof": false, "/logs": false, "/apifoo": false, "/api//v1": false, "": false,
+	} {
+		if got := apiPath(p); got != want {
+			t.Errorf("apiPath(%q) = %v, want %v", p, got, want)
+		}
+	}
+}
+
+func TestCloseText(t *testing.T) {
+	long := &Reject{Reason: ReasonInvalid, Message: strings.Repeat("é", 100)}
+	if s := closeText(long); len(s) > 123 || !json.Valid([]byte(`"`+s+`"`)) {
+		t.Errorf("close text %d bytes or invalid UTF-8", len(s))
+	}
+}

@@ -1,0 +1,559 @@
+package edge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/fleetgraph/fleetgraph/index"
+)
+
+// errSessionEnded fails detail requests of a session that ended.
+var errSessionEnded = errors.New("edge session ended")
+
+// session is one welcomed edge connection on the manager.
+//
+// Concurrency: run (on the HTTP handler goroutine) applies messages, writes
+// the cluster row and acks; readLoop (its own goroutine) reads, checks
+// sequence numbers and hands messages over through queue, whose capacity is
+// the edge's window, so it never blocks on a well-behaved edge; pingLoop
+// sends keep-alive pings. Writes of messages are serialized by writeMu;
+// control frames may be written concurrently (gorilla allows it). end may
+// be called from any goroutine; the first error wins. run closes the
+// connection, waits for readLoop and pingLoop, fails pending detail
+// requests, writes DISCONNECTED, releases the claim, and closes done, in
+// that order.
+type session struct {
+	h        *Hub
+	conn     *websocket.Conn
+	hello    *Hello
+	cluster  string
+	id       string
+	log      *slog.Logger
+	claim    *claim
+	queue    chan *Message
+	done     chan struct{}
+	stop     chan struct{}
+	stopOnce sync.Once
+	stopErr  error
+
+	writeMu sync.Mutex
+	outSeq  uint64
+
+	dmu     sync.Mutex
+	pending map[uint64]chan *DetailResponse
+	nextID  uint64
+	ended   bool
+
+	// Owned by run.
+	lastSeen time.Time
+	failing  map[kindID]string
+	snap     *pendingSnapshot
+	synced   bool
+}
+
+// pendingSnapshot collects the parts of a snapshot until the final one.
+type pendingSnapshot struct {
+	id       uint64
+	next     int
+	full     bool
+	kinds    map[kindID]KindState
+	order    []kindID
+	metadata map[string]string
+	rows     map[kindID][]index.Object
+	bytes    int
+}
+
+func newSession(h *Hub, conn *websocket.Conn, hello *Hello) *session {
+	id := randomID()
+	return &session{
+		h: h, conn: conn, hello: hello, cluster: hello.Cluster, id: id,
+		log:   h.opts.Logger.With("cluster", hello.Cluster, "instance", hello.Instance, "session", id),
+		queue: make(chan *Message, h.opts.Window), done: make(chan struct{}), stop: make(chan struct{}),
+		pending: map[uint64]chan *DetailResponse{}, failing: map[kindID]string{},
+	}
+}
+
+// end asks the session to stop with err as the reason.
+func (s *session) end(err error) {
+	s.stopOnce.Do(func() {
+		s.stopErr = err
+		close(s.stop)
+	})
+}
+
+// write sends one message, numbering it.
+func (s *session) write(m *Message) error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	s.outSeq++
+	m.Seq, m.Time = s.outSeq, time.Now()
+	n, err := writeMessage(s.conn, m)
+	s.h.metrics.bytesOut.WithLabelValues(s.cluster).Add(float64(n))
+	return err
+}
+
+// run serves the session until it ends; see the type's contract.
+func (s *session) run(ctx context.Context) {
+	defer close(s.done)
+	m := s.h.metrics
+	m.sessions.Inc()
+	defer m.sessions.Dec()
+	s.conn.SetReadLimit(wireLimit(s.h.opts.MaxMessageBytes))
+	s.conn.SetPongHandler(func(string) error {
+		return s.conn.SetReadDeadline(time.Now().Add(s.h.opts.PongWait))
+	})
+
+	err := s.write(&Message{Type: TypeWelcome, Welcome: &Welcome{
+		Version: ProtocolVersion, Session: s.id, MaxMessageBytes: s.h.opts.MaxMessageBytes, Window: s.h.opts.Window,
+	}})
+	if err == nil {
+		s.log.Info("edge session started")
+		s.claim.row.Metadata = maps.Clone(s.hello.Metadata)
+		s.transition(ctx, index.StateConnecting, nil)
+		readDone := make(chan struct{})
+		go func() {
+			defer close(readDone)
+			s.readLoop()
+		}()
+		pingCtx, stopPing := context.WithCancel(ctx)
+		pingDone := make(chan struct{})
+		go func() {
+			defer close(pingDone)
+			s.pingLoop(pingCtx)
+		}()
+		err = s.applyLoop(ctx)
+		rej := asReject(err)
+		if rej != nil {
+			m.rejects.WithLabelValues(string(rej.Reason)).Inc()
+			if werr := s.write(&Message{Type: TypeReject, Reject: rej}); werr != nil {
+				s.log.Debug("writing reject failed", "err", werr)
+			}
+			sendClose(s.conn, rej)
+		} else {
+			_ = s.conn.Close() // the connection failed already; this only frees it
+		}
+		// Let the reader see the edge's close frame, or read the rest
+		// of what the edge sent, so the Reject is not lost to a reset.
+		grace := time.NewTimer(closeGrace)
+		select {
+		case <-readDone:
+			if rej != nil {
+				drain(s.conn, time.Now().Add(closeGrace))
+			}
+		case <-grace.C:
+		}
+		grace.Stop()
+		_ = s.conn.Close() // frees the socket, ending the reader if it still runs
+		<-readDone
+		stopPing()
+		<-pingDone
+	}
+	_ = s.conn.Close() // idempotent; covers a failed welcome
+	s.failPending()
+	s.log.Warn("edge session ended", "err", err)
+	if ctx.Err() == nil {
+		s.transition(ctx, index.StateDisconnected, fmt.Errorf("edge session ended: %w", err))
+	}
+	s.h.release(s)
+}
+
+// readLoop reads messages and queues them for run. It returns when the
+// connection fails or is closed.
+func (s *session) readLoop() {
+	expect := uint64(2) // the Hello was 1
+	for {
+		m, n, err := readMessage(s.conn, s.h.opts.MaxMessageBytes, s.h.opts.PongWait)
+		s.h.metrics.bytesIn.WithLabelValues(s.cluster).Add(float64(n))
+		if err != nil {
+			var re *RejectError
+			if !errors.As(err, &re) {
+				err = fmt.Errorf("edge connection lost: %w", err)
+			}
+			s.end(err)
+			return
+		}
+		if m.Seq != expect {
+			s.end(rejectf(ReasonSequenceGap, "expected seq %d, got %d", expect, m.Seq))
+			return
+		}
+		expect++
+		select {
+		case s.queue <- m:
+		default:
+			s.end(rejectf(ReasonInvalid, "more than %d unacknowledged messages (the window)", cap(s.queue)))
+			return
+		}
+	}
+}
+
+// pingLoop pings the edge every interval until ctx ends.
+func (s *session) pingLoop(ctx context.Context) {
+	t := time.NewTicker(s.h.opts.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := s.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(controlTimeout)); err != nil {
+			s.end(fmt.Errorf("ping: %w", err))
+			return
+		}
+	}
+}
+
+// applyLoop applies queued messages in order and acks each, until the
+// session is ended or ctx ends.
+func (s *session) applyLoop(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return rejectf(ReasonShutdown, "the manager is shutting down")
+		case <-s.stop:
+			return s.stopErr
+		case m := <-s.queue:
+			if err := s.apply(ctx, m); err != nil {
+				return err
+			}
+			if err := s.write(&Message{Type: TypeAck, Ack: &Ack{Seq: m.Seq}}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (s *session) apply(ctx context.Context, m *Message) error {
+	s.h.metrics.messages.WithLabelValues(s.cluster, string(m.Type)).Inc()
+	if !m.Time.IsZero() {
+		s.h.metrics.lag.Observe(time.Since(m.Time).Seconds())
+	}
+	s.seen(ctx)
+	switch m.Type {
+	case TypeSnapshot:
+		return s.applySnapshot(ctx, m.Snapshot)
+	case TypeDelta:
+		return s.applyDelta(ctx, m.Delta)
+	case TypeDetailResponse:
+		s.deliver(m.DetailResponse)
+		return nil
+	}
+	return rejectf(ReasonInvalid, "an edge may not send %s messages", m.Type)
+}
+
+// decodeRow decodes one row and checks that it belongs to the session's
+// cluster.
+func (s *session) decodeRow(raw json.RawMessage) (index.Object, error) {
+	var o index.Object
+	if err := json.Unmarshal(raw, &o); err != nil {
+		return o, rejectf(ReasonMalformed, "row is not an object row: %v", err)
+	}
+	if o.Cluster != s.cluster {
+		return o, rejectf(ReasonWrongCluster, "row %s is of cluster %q, this session is for %q", o.Key(), o.Cluster, s.cluster)
+	}
+	return o, nil
+}
+
+// checkKind validates a kind state from the edge.
+func checkKind(ks *KindState) error {
+	if ks.Kind.Kind == "" || (ks.Synced && ks.Kind.Resource == "") {
+		return rejectf(ReasonInvalid, "kind state without a kind or (when synced) a resource: %+v", ks.Kind)
+	}
+	return nil
+}
+
+func (s *session) applySnapshot(ctx context.Context, sn *Snapshot) error {
+	if s.snap == nil {
+		if sn.Part != 0 {
+			return rejectf(ReasonInvalid, "snapshot %d starts with part %d", sn.ID, sn.Part)
+		}
+		p := &pendingSnapshot{
+			id: sn.ID, next: 1, full: sn.Full, metadata: sn.Metadata,
+			kinds: map[kindID]KindState{}, rows: map[kindID][]index.Object{},
+		}
+		for i := range sn.Kinds {
+			ks := sn.Kinds[i]
+			if err := checkKind(&ks); err != nil {
+				return err
+			}
+			id := idOf(ks.Kind.Group, ks.Kind.Kind)
+			if _, dup := p.kinds[id]; dup {
+				return rejectf(ReasonInvalid, "snapshot %d lists kind %s twice", sn.ID, ks.Kind.GroupKind())
+			}
+			p.kinds[id] = ks
+			p.order = append(p.order, id)
+		}
+		s.snap = p
+	} else {
+		if sn.ID != s.snap.id || sn.Part != s.snap.next {
+			return rejectf(ReasonInvalid, "got snapshot %d part %d, expected snapshot %d part %d", sn.ID, sn.Part, s.snap.id, s.snap.next)
+		}
+		if len(sn.Kinds) > 0 || len(sn.Metadata) > 0 {
+			return rejectf(ReasonInvalid, "snapshot %d part %d repeats kinds or metadata, which only part 0 carries", sn.ID, sn.Part)
+		}
+		s.snap.next++
+	}
+	p := s.snap
+	for _, raw := range sn.Rows {
+		p.bytes += len(raw)
+		if p.bytes > s.h.opts.MaxSnapshotBytes {
+			return rejectf(ReasonOversize, "snapshot %d is over %d bytes", p.id, s.h.opts.MaxSnapshotBytes)
+		}
+		o, err := s.decodeRow(raw)
+		if err != nil {
+			return err
+		}
+		id := idOf(o.Group, o.Kind)
+		if ks, ok := p.kinds[id]; !ok || !ks.Synced {
+			return rejectf(ReasonInvalid, "row %s is of a kind snapshot %d does not sync", o.Key(), p.id)
+		}
+		p.rows[id] = append(p.rows[id], o)
+	}
+	if !sn.Final {
+		return nil
+	}
+	s.snap = nil
+	return s.commitSnapshot(ctx, p)
+}
+
+// commitSnapshot applies a complete snapshot: one Replace per synced kind
+// (each atomic in the index), then the kinds' errors.
+func (s *session) commitSnapshot(ctx context.Context, p *pendingSnapshot) error {
+	start := time.Now()
+	store := s.h.opts.Store
+	if p.full {
+		clear(s.failing)
+	}
+	for _, id := range p.order {
+		ks := p.kinds[id]
+		if ks.Synced {
+			if err := store.Replace(ctx, s.cluster, ks.Kind, p.rows[id]); err != nil {
+				return sinkError(err)
+			}
+		}
+		if err := s.kindError(ctx, &ks); err != nil {
+			return err
+		}
+	}
+	s.h.metrics.snapshotApply.Observe(time.Since(start).Seconds())
+	if len(p.metadata) > 0 {
+		md := maps.Clone(s.hello.Metadata)
+		if md == nil {
+			md = map[string]string{}
+		}
+		maps.Copy(md, p.metadata)
+		s.claim.row.Metadata = md
+	}
+	if p.full && !s.synced {
+		s.synced, s.claim.row.Synced = true, true
+		rows := 0
+		for _, r := range p.rows {
+			rows += len(r)
+		}
+		s.log.Info("edge snapshot applied", "rows", rows, "kinds", len(p.kinds), "parts", p.next, "took", time.Since(start).Round(time.Millisecond))
+	}
+	s.settle(ctx)
+	return nil
+}
+
+// kindError records a kind's error, if any, and whether it degrades the
+// cluster.
+func (s *session) kindError(ctx context.Context, ks *KindState) error {
+	id := idOf(ks.Kind.Group, ks.Kind.Kind)
+	if ks.Error == "" {
+		delete(s.failing, id)
+		return nil
+	}
+	if err := s.h.opts.Store.ReportKindError(ctx, s.cluster, ks.Kind, errors.New(ks.Error)); err != nil {
+		return sinkError(err)
+	}
+	if ks.Failing {
+		s.failing[id] = ks.Kind.GroupKind() + ": " + ks.Error
+	} else {
+		delete(s.failing, id)
+	}
+	return nil
+}
+
+func (s *session) applyDelta(ctx context.Context, d *Delta) error {
+	if s.snap != nil {
+		return rejectf(ReasonInvalid, "delta inside snapshot %d (after part %d)", s.snap.id, s.snap.next-1)
+	}
+	rows := make([]index.Object, 0, len(d.Upserts))
+	for _, raw := range d.Upserts {
+		o, err := s.decodeRow(raw)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, o)
+	}
+	for _, k := range d.Deletes {
+		if k.Cluster != s.cluster {
+			return rejectf(ReasonWrongCluster, "delete of %s, of cluster %q; this session is for %q", k, k.Cluster, s.cluster)
+		}
+	}
+	for i := range d.Kinds {
+		if err := checkKind(&d.Kinds[i]); err != nil {
+			return err
+		}
+		if d.Kinds[i].Synced || d.Kinds[i].Error == "" {
+			return rejectf(ReasonInvalid, "a delta may only report kind errors; kind %s is sent as a snapshot", d.Kinds[i].Kind.GroupKind())
+		}
+	}
+	store := s.h.opts.Store
+	if b, ok := store.(batchUpserter); ok && len(rows) > 0 {
+		if err := b.UpsertBatch(ctx, rows); err != nil {
+			return sinkError(err)
+		}
+	} else {
+		for _, r := range rows {
+			if err := store.Upsert(ctx, r); err != nil {
+				return sinkError(err)
+			}
+		}
+	}
+	for _, k := range d.Deletes {
+		if err := store.Delete(ctx, k); err != nil {
+			return sinkError(err)
+		}
+	}
+	for i := range d.Kinds {
+		if err := s.kindError(ctx, &d.Kinds[i]); err != nil {
+			return err
+		}
+	}
+	if len(d.Kinds) > 0 {
+		s.settle(ctx)
+	}
+	return nil
+}
+
+// sinkError turns an index error into the session's end: a row the index
+// refuses is the edge's fault, anything else is the manager's.
+func sinkError(err error) error {
+	if errors.Is(err, index.ErrInvalidRow) {
+		return rejectf(ReasonInvalid, "%v", err)
+	}
+	return fmt.Errorf("writing to the index: %w", err)
+}
+
+// settle sets CONNECTED or DEGRADED once the first full snapshot is in.
+func (s *session) settle(ctx context.Context) {
+	if !s.synced {
+		return
+	}
+	if len(s.failing) == 0 {
+		s.transition(ctx, index.StateConnected, nil)
+		return
+	}
+	first := slices.Sorted(maps.Values(s.failing))[0]
+	s.transition(ctx, index.StateDegraded, errors.New(first))
+}
+
+// transition moves the cluster row to a state and writes it. The same
+// state again publishes nothing, so there is one event per transition.
+func (s *session) transition(ctx context.Context, state index.ConnectionState, err error) {
+	row := &s.claim.row
+	now := time.Now()
+	if row.State != state {
+		s.log.Info("cluster state", "from", row.State, "to", state)
+		s.h.metrics.transitions.WithLabelValues(s.cluster, string(state)).Inc()
+		row.State, row.Since = state, now
+	}
+	switch {
+	case err != nil:
+		row.LastError = err.Error()
+	case state == index.StateConnected:
+		row.LastError = ""
+	}
+	if state != index.StateDisconnected {
+		s.lastSeen = now
+	}
+	row.LastSeen = s.lastSeen
+	s.writeRow(ctx)
+}
+
+// seen records traffic from the edge, writing LastSeen at most every
+// lastSeenEvery.
+func (s *session) seen(ctx context.Context) {
+	s.lastSeen = time.Now()
+	if s.lastSeen.Sub(s.claim.row.LastSeen) >= lastSeenEvery {
+		s.claim.row.LastSeen = s.lastSeen
+		s.writeRow(ctx)
+	}
+}
+
+func (s *session) writeRow(ctx context.Context) {
+	row := s.claim.row
+	row.Labels = maps.Clone(row.Labels)
+	row.Metadata = maps.Clone(row.Metadata)
+	if err := s.h.opts.Store.UpsertCluster(ctx, row); err != nil && ctx.Err() == nil {
+		s.log.Error("writing cluster state failed", "err", err)
+	}
+}
+
+// detail sends a detail request to the edge and waits for its response.
+func (s *session) detail(ctx context.Context, req *DetailRequest) (*DetailResponse, error) {
+	s.dmu.Lock()
+	if s.ended {
+		s.dmu.Unlock()
+		return nil, errSessionEnded
+	}
+	if len(s.pending) >= maxDetailInFlight {
+		s.dmu.Unlock()
+		return nil, fmt.Errorf("%d detail requests to cluster %q are in flight already", maxDetailInFlight, s.cluster)
+	}
+	s.nextID++
+	req.ID = s.nextID
+	ch := make(chan *DetailResponse, 1)
+	s.pending[req.ID] = ch
+	s.dmu.Unlock()
+	defer func() {
+		s.dmu.Lock()
+		delete(s.pending, req.ID)
+		s.dmu.Unlock()
+	}()
+	if err := s.write(&Message{Type: TypeDetailRequest, DetailRequest: req}); err != nil {
+		return nil, err
+	}
+	select {
+	case resp, ok := <-ch:
+		if !ok {
+			return nil, errSessionEnded
+		}
+		return resp, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("detail request to cluster %q: %w", s.cluster, ctx.Err())
+	}
+}
+
+// deliver hands a response to its waiting request; a response nobody waits
+// for any more (timed out) is dropped.
+func (s *session) deliver(resp *DetailResponse) {
+	s.dmu.Lock()
+	defer s.dmu.Unlock()
+	if ch, ok := s.pending[resp.ID]; ok {
+		delete(s.pending, resp.ID)
+		ch <- resp
+	}
+}
+
+// failPending ends every waiting detail request.
+func (s *session) failPending() {
+	s.dmu.Lock()
+	defer s.dmu.Unlock()
+	s.ended = true
+	for id, ch := range s.pending {
+		close(ch)
+		delete(s.pending, id)
+	}
+}
