@@ -36,8 +36,11 @@ func TestObjectsFastPathMatchesGeneratedCode(t *testing.T) {
 			fragment O on Object { name labels { value } ownerReferences { kind name } }`, nil, false},
 		{"skip and include", `query($s: Boolean!, $i: Boolean!) { objects(first: 2) { totalCount @skip(if: $s) edges @include(if: $i) { cursor node { name @skip(if: $i) kind } } } }`, map[string]any{"s": true, "i": true}, false},
 		{"repeated fields merge", `{ objects(first: 2) { edges { node { name } } edges { node { kind name } } } }`, nil, false},
-		{"filter variables", `query($f: ObjectFilter, $o: ObjectOrder, $n: Int, $a: String) { objects(filter: $f, orderBy: $o, first: $n, after: $a) { totalCount staleClusters changesCursor pageInfo { startCursor endCursor hasNextPage hasPreviousPage } edges { node { id status message resourceVersion summary createdAt updatedAt } } } }`,
-			map[string]any{"f": map[string]any{"kinds": []string{"Pod"}, "statuses": []string{"UNHEALTHY", "TERMINATING", "UNKNOWN"}, "labelSelector": "team", "nameContains": ""}, "o": map[string]any{"field": "STATUS"}, "n": 2}, false},
+		{
+			"filter variables", `query($f: ObjectFilter, $o: ObjectOrder, $n: Int, $a: String) { objects(filter: $f, orderBy: $o, first: $n, after: $a) { totalCount staleClusters changesCursor pageInfo { startCursor endCursor hasNextPage hasPreviousPage } edges { node { id status message resourceVersion summary createdAt updatedAt } } } }`,
+			map[string]any{"f": map[string]any{"kinds": []string{"Pod"}, "statuses": []string{"UNHEALTHY", "TERMINATING", "UNKNOWN"}, "labelSelector": "team", "nameContains": ""}, "o": map[string]any{"field": "STATUS"}, "n": 2},
+			false,
+		},
 		{"literal filter", `{ objects(filter: {clusters: ["east"], namespaces: ["team-a"]}, first: 0) { totalCount pageInfo { hasNextPage } } }`, nil, false},
 		{"error", `{ objects(first: 5000) { totalCount } }`, nil, true},
 		{"bad cursor", `{ objects(after: "nope") { totalCount } }`, nil, true},

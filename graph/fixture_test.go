@@ -72,13 +72,17 @@ func testObject(kind index.Kind, cluster, ns, name string, status index.Status) 
 }
 
 func clusterRole(cluster, name string, rules ...index.PolicyRule) index.Object {
-	return index.Object{Cluster: cluster, Group: index.RBACGroup, Version: "v1", Kind: index.KindClusterRole, Resource: "clusterroles",
-		Name: name, Policy: &index.Policy{Rules: rules}}
+	return index.Object{
+		Cluster: cluster, Group: index.RBACGroup, Version: "v1", Kind: index.KindClusterRole, Resource: "clusterroles",
+		Name: name, Policy: &index.Policy{Rules: rules},
+	}
 }
 
 func role(cluster, ns, name string, rules ...index.PolicyRule) index.Object {
-	return index.Object{Cluster: cluster, Namespace: ns, Group: index.RBACGroup, Version: "v1", Kind: index.KindRole, Resource: "roles",
-		Name: name, Policy: &index.Policy{Rules: rules}}
+	return index.Object{
+		Cluster: cluster, Namespace: ns, Group: index.RBACGroup, Version: "v1", Kind: index.KindRole, Resource: "roles",
+		Name: name, Policy: &index.Policy{Rules: rules},
+	}
 }
 
 func binding(cluster, ns, name, roleKind, roleName string, subjects ...index.Subject) index.Object {
@@ -86,8 +90,10 @@ func binding(cluster, ns, name, roleKind, roleName string, subjects ...index.Sub
 	if ns == "" {
 		kind, resource = index.KindClusterRoleBinding, "clusterrolebindings"
 	}
-	return index.Object{Cluster: cluster, Namespace: ns, Group: index.RBACGroup, Version: "v1", Kind: kind, Resource: resource,
-		Name: name, Policy: &index.Policy{RoleRef: index.RoleRef{APIGroup: index.RBACGroup, Kind: roleKind, Name: roleName}, Subjects: subjects}}
+	return index.Object{
+		Cluster: cluster, Namespace: ns, Group: index.RBACGroup, Version: "v1", Kind: kind, Resource: resource,
+		Name: name, Policy: &index.Policy{RoleRef: index.RoleRef{APIGroup: index.RBACGroup, Kind: roleKind, Name: roleName}, Subjects: subjects},
+	}
 }
 
 func userSubject(name string) index.Subject {
@@ -129,7 +135,10 @@ func seedCluster(t testing.TB, s *index.Store, name string, state index.Connecti
 		kind index.Kind
 		rows []index.Object
 	}{
-		{nsKind, nss}, {podKind, pods}, {svcKind, svcs}, {ksKind, kss},
+		{nsKind, nss},
+		{podKind, pods},
+		{svcKind, svcs},
+		{ksKind, kss},
 		{clusterRoleKind, []index.Object{
 			clusterRole(name, "view", viewRules...),
 			clusterRole(name, "cluster-admin", index.PolicyRule{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}}),
@@ -286,7 +295,7 @@ func (f *fixture) send(req *http.Request) (int, []byte) {
 	f.t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	must(f.t, err)
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	must(f.t, err)
 	return resp.StatusCode, b
@@ -364,7 +373,7 @@ func (f *fixture) dial(protocol string, header http.Header) *wsClient {
 		f.t.Fatalf("dial: %v (response %+v)", err, resp)
 	}
 	if resp.Body != nil {
-		resp.Body.Close()
+		_ = resp.Body.Close()
 	}
 	c.SetReadLimit(64 << 20)
 	wc := &wsClient{t: f.t, c: c}
@@ -478,7 +487,7 @@ func (f *fixture) get(path string) string {
 	f.t.Helper()
 	resp, err := http.Get(f.srv.URL + path)
 	must(f.t, err)
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	must(f.t, err)
 	if resp.StatusCode != http.StatusOK {

@@ -90,7 +90,7 @@ func BenchmarkGraphFleet(b *testing.B) {
 		f, err := os.Create(path)
 		must(b, err)
 		must(b, pprof.StartCPUProfile(f))
-		defer f.Close()
+		defer func() { _ = f.Close() }()
 	}
 	cpu0 := cpuTime()
 	q3 := clients.q3(b, tokens["viewer-q3"], p.queries)
@@ -276,7 +276,7 @@ func (q *q3Client) do(tb testing.TB) {
 		Errors []gqlErr
 	}
 	err = json.NewDecoder(resp.Body).Decode(&r)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	must(tb, err)
 	if resp.StatusCode != http.StatusOK || len(r.Errors) > 0 || r.Data.Objects.TotalCount == 0 || len(r.Data.Objects.Edges) != min(100, r.Data.Objects.TotalCount) {
 		tb.Fatalf("Q3: status %d, %d edges of %d, errors %+v", resp.StatusCode, len(r.Data.Objects.Edges), r.Data.Objects.TotalCount, r.Errors)

@@ -109,7 +109,7 @@ func TestHTTPMethodsAndIntrospection(t *testing.T) {
 	f := newFixture(t)
 	resp, err := http.Get(f.srv.URL + "/graphql")
 	must(t, err)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "POST" {
 		t.Errorf("GET /graphql: %d, Allow %q", resp.StatusCode, resp.Header.Get("Allow"))
 	}
@@ -136,7 +136,7 @@ func TestEndpoints(t *testing.T) {
 	get := func(path string) (int, string) {
 		resp, err := http.Get(f.srv.URL + path)
 		must(t, err)
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		var b bytes.Buffer
 		_, err = b.ReadFrom(resp.Body)
 		must(t, err)
@@ -256,7 +256,7 @@ func TestWebsocketOrigin(t *testing.T) {
 	}
 	var body gqlResponse
 	must(t, json.NewDecoder(resp.Body).Decode(&body))
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if !strings.Contains(body.Errors[0].Message, "not allowed") {
 		t.Errorf("403 body %+v", body)
 	}

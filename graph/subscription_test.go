@@ -471,6 +471,6 @@ func TestCloseEndsSubscriptions(t *testing.T) {
 	if resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("upgrade after Close: %v %+v", err, resp)
 	} else {
-		resp.Body.Close()
+		_ = resp.Body.Close()
 	}
 }
