@@ -217,8 +217,9 @@ func NewAgent(opts AgentOptions) (*Agent, error) {
 	a := &Agent{
 		opts: opts, url: u, buf: newBuffer(opts.Cluster, opts.MaxPending),
 		log:      opts.Logger.With("cluster", opts.Cluster, "instance", opts.Instance),
-		metadata: maps.Clone(opts.Metadata),
+		metadata: map[string]string{},
 	}
+	maps.Copy(a.metadata, opts.Metadata)
 	if opts.Local != nil {
 		if a.detail, err = newDetailClient(opts.Local); err != nil {
 			return nil, err
