@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,6 +14,7 @@ import (
 	"github.com/fleetgraph/fleetgraph/authz"
 	"github.com/fleetgraph/fleetgraph/collector"
 	"github.com/fleetgraph/fleetgraph/connection"
+	"github.com/fleetgraph/fleetgraph/connection/edge"
 	"github.com/fleetgraph/fleetgraph/graph"
 	"github.com/fleetgraph/fleetgraph/index"
 )
@@ -40,6 +42,12 @@ type Config struct {
 	// Connection tunes probes, health checks and backoff; its Store,
 	// Registry and Logger are set by New.
 	Connection connection.Options
+	// EdgeTokens, if set, turns on push mode: edge agents connect to /edge
+	// and claim the cluster their token names (edge.LoadTokenFile reads
+	// the "token,cluster" file). Edge tunes the sessions; its Store,
+	// Tokens, IsPull, Fallback, Registerer and Logger are set by New.
+	EdgeTokens edge.Tokens
+	Edge       edge.HubOptions
 
 	// Authenticator turns request credentials into viewers.
 	Authenticator authz.Authenticator
@@ -65,7 +73,9 @@ type Server struct {
 	store   *index.Store
 	authz   *authz.Authorizer
 	manager *connection.Manager
+	edges   *edge.Hub // nil without EdgeTokens
 	handler *graph.Handler
+	root    http.Handler
 	logger  *slog.Logger
 }
 
@@ -104,10 +114,23 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 
+	var leaf graph.LeafClients = manager
+	var edges *edge.Hub
+	if cfg.EdgeTokens != nil {
+		eopts := cfg.Edge
+		eopts.Store, eopts.Tokens, eopts.Fallback = store, cfg.EdgeTokens, manager
+		eopts.Registerer, eopts.Logger = cfg.Registry, cfg.Logger
+		eopts.IsPull = func(name string) bool { return slices.Contains(manager.Clusters(), name) }
+		if edges, err = edge.NewHub(eopts); err != nil {
+			return nil, err
+		}
+		leaf = edges // push clusters through their edge, the rest through the manager
+	}
+
 	az := authz.NewAuthorizer(store, cfg.Authz)
 	gopts := cfg.Graph
 	gopts.Store, gopts.Authorizer, gopts.Authenticator = store, az, cfg.Authenticator
-	gopts.LeafClients, gopts.AdminGroups = manager, cfg.AdminGroups
+	gopts.LeafClients, gopts.AdminGroups = leaf, cfg.AdminGroups
 	gopts.Registry, gopts.Logger = cfg.Registry, cfg.Logger
 	gopts.Ready = func(context.Context) error {
 		if f := connection.Fleet(store.ListClusters(nil)); f.Rebuilding {
@@ -119,13 +142,23 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{store: store, authz: az, manager: manager, handler: h, logger: cfg.Logger}, nil
+	var root http.Handler = h
+	if edges != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/edge", edges)
+		mux.Handle("/", h)
+		root = mux
+	}
+	return &Server{store: store, authz: az, manager: manager, edges: edges, handler: h, root: root, logger: cfg.Logger}, nil
 }
 
 // Handler serves the API: /graphql (POST and websocket), GraphiQL at /,
 // /healthz, /readyz (ready once every reachable cluster has synced) and
-// /metrics.
-func (s *Server) Handler() http.Handler { return s.handler }
+// /metrics, and /edge for edge agents when EdgeTokens is set.
+func (s *Server) Handler() http.Handler { return s.root }
+
+// Edges is the push-mode hub, nil without EdgeTokens.
+func (s *Server) Edges() *edge.Hub { return s.edges }
 
 // Store is the index, for programs that query it directly.
 func (s *Server) Store() *index.Store { return s.store }
@@ -141,10 +174,16 @@ func (s *Server) RemoveCluster(ctx context.Context, name string) error {
 	return s.manager.Remove(ctx, name)
 }
 
-// Run collects from the clusters until ctx ends, then tells websocket
-// clients the server is going away.
+// Run collects from the clusters and serves edge sessions until ctx ends,
+// then tells websocket clients the server is going away.
 func (s *Server) Run(ctx context.Context) error {
-	err := s.manager.Run(ctx)
+	edgeErr := make(chan error, 1)
+	if s.edges != nil {
+		go func() { edgeErr <- s.edges.Run(ctx) }()
+	} else {
+		edgeErr <- nil
+	}
+	err := errors.Join(s.manager.Run(ctx), <-edgeErr)
 	closeCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	return errors.Join(err, s.handler.Close(closeCtx))

@@ -7,7 +7,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -50,6 +49,3 @@ func newRootCommand() *cobra.Command {
 	root.AddCommand(newServeCommand(), newEdgeCommand(), newDemoCommand())
 	return root
 }
-
-// errNotImplemented marks subcommands that later work will build.
-var errNotImplemented = errors.New("not implemented yet")

@@ -19,6 +19,7 @@ import (
 	"github.com/fleetgraph/fleetgraph"
 	"github.com/fleetgraph/fleetgraph/authz"
 	"github.com/fleetgraph/fleetgraph/connection"
+	"github.com/fleetgraph/fleetgraph/connection/edge"
 	"github.com/fleetgraph/fleetgraph/graph"
 )
 
@@ -30,6 +31,7 @@ type serveFlags struct {
 	secretNamespace   string
 	secretSelector    string
 	tokensFile        string
+	edgeTokensFile    string
 	oidcIssuer        string
 	oidcClientID      string
 	oidcUsernameClaim string
@@ -56,6 +58,7 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.secretNamespace, "cluster-secrets-namespace", "", "also collect clusters from labelled Secrets in this namespace of the cluster fleetgraph runs in")
 	fl.StringVar(&f.secretSelector, "cluster-secrets-selector", "fleetgraph.io/cluster=true", "label selector of cluster Secrets")
 	fl.StringVar(&f.tokensFile, "tokens-file", "", "static tokens in kube-apiserver --token-auth-file CSV format")
+	fl.StringVar(&f.edgeTokensFile, "edge-tokens-file", "", "accept edge agents at /edge: one \"token,cluster\" per line (re-read when it changes)")
 	fl.StringVar(&f.oidcIssuer, "oidc-issuer", "", "OIDC issuer URL")
 	fl.StringVar(&f.oidcClientID, "oidc-client-id", "", "OIDC client id (the audience of ID tokens)")
 	fl.StringVar(&f.oidcUsernameClaim, "oidc-username-claim", "sub", "OIDC claim naming the user")
@@ -90,8 +93,8 @@ is required.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			specs, err := connection.KubeconfigSpecs(f.kubeconfig, f.contexts)
 			// A kubeconfig without contexts is fine when clusters come
-			// from Secrets.
-			if err != nil && (!errors.Is(err, connection.ErrNoContexts) || f.secretNamespace == "") {
+			// from Secrets or edge agents.
+			if err != nil && (!errors.Is(err, connection.ErrNoContexts) || (f.secretNamespace == "" && f.edgeTokensFile == "")) {
 				return err
 			}
 			return serve(cmd.Context(), &f, specs)
@@ -108,8 +111,15 @@ func serve(ctx context.Context, f *serveFlags, specs []connection.Spec) error {
 		return err
 	}
 	mapping := authz.Mapping{UsernamePrefix: f.usernamePrefix, GroupsPrefix: f.groupsPrefix}
+	var edgeTokens edge.Tokens
+	if f.edgeTokensFile != "" {
+		if edgeTokens, err = edge.LoadTokenFile(f.edgeTokensFile, slog.Default()); err != nil {
+			return err
+		}
+	}
 	srv, err := fleetgraph.New(fleetgraph.Config{
-		Clusters: specs, Kinds: f.kinds, ExtraKinds: f.extraKinds,
+		EdgeTokens: edgeTokens,
+		Clusters:   specs, Kinds: f.kinds, ExtraKinds: f.extraKinds,
 		Namespaces: f.namespaces, ExcludeNamespaces: f.excludeNamespaces, Relist: f.relist,
 		Authenticator: authn, Authz: authz.Options{DefaultMapping: mapping}, AdminGroups: f.adminGroups,
 		Graph: graph.Options{DisableIntrospection: f.noIntrospection, Websocket: graph.WebsocketOptions{OriginPatterns: f.originPatterns}},
