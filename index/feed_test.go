@@ -3,6 +3,9 @@ package index
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -120,5 +123,79 @@ func TestMatcherClassify(t *testing.T) {
 	}
 	if len(got) != 3 || got[0] != "ADDED" || got[1] != "MODIFIED" || got[2] != "DELETED" {
 		t.Fatalf("classified = %v", got)
+	}
+}
+
+// TestGroupedWrites runs Upserts and Deletes from many goroutines while
+// queries hold the read lock, and checks that every change was applied and
+// published once, in sequence, with each call's events consecutive.
+func TestGroupedWrites(t *testing.T) {
+	s, _ := newTestStore(t)
+	sub, err := s.Subscribe(0)
+	mustNoErr(t, err)
+	defer sub.Close()
+	const writers, perWriter = 8, 50
+	ctx, cancel := context.WithCancel(ctxb)
+	var readers sync.WaitGroup
+	readers.Add(1)
+	go func() {
+		defer readers.Done()
+		for ctx.Err() == nil {
+			_, err := s.Query(ctx, Query{Access: &Access{All: true}})
+			if err != nil && ctx.Err() == nil {
+				t.Error(err)
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for g := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perWriter {
+				a := pod("c1", fmt.Sprintf("ns-%d", g), fmt.Sprintf("a-%d", i), StatusHealthy, nil)
+				b := pod("c1", fmt.Sprintf("ns-%d", g), fmt.Sprintf("b-%d", i), StatusHealthy, nil)
+				if err := s.UpsertBatch(ctxb, []Object{a, b}); err != nil {
+					t.Error(err)
+					return
+				}
+				if i%5 == 0 {
+					if err := s.Delete(ctxb, a.Key()); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	cancel()
+	readers.Wait()
+	want := writers * perWriter * 2
+	want += writers * perWriter / 5 // deletes
+	var events []*Event
+	for len(events) < want {
+		events, err = sub.Next(ctxb, events)
+		mustNoErr(t, err)
+	}
+	if len(events) != want || s.LastSeq() != uint64(want) {
+		t.Fatalf("%d events, last seq %d, want %d", len(events), s.LastSeq(), want)
+	}
+	for i, e := range events {
+		if e.Seq != uint64(i+1) {
+			t.Fatalf("event %d has seq %d", i, e.Seq)
+		}
+		// The two rows of one UpsertBatch are published together.
+		if e.Type == EventAdded && strings.Contains(e.Key().Name, "a-") {
+			next := events[i+1].Key()
+			if want := strings.Replace(e.Key().Name, "a-", "b-", 1); next.Name != want || next.Namespace != e.Key().Namespace {
+				t.Fatalf("event after %s is %s", e.Key(), next)
+			}
+		}
+	}
+	p, err := s.Query(ctxb, Query{Access: &Access{All: true}, First: 1})
+	mustNoErr(t, err)
+	if p.TotalCount != writers*perWriter*2-writers*perWriter/5 {
+		t.Fatalf("%d objects stored", p.TotalCount)
 	}
 }

@@ -60,7 +60,8 @@ func (s *Store) Upsert(ctx context.Context, row Object) error {
 // UpsertBatch adds or changes many rows in one commit; it is what edge
 // sessions and the ingest benchmark use for deltas. Rows of policy kinds go
 // to the RBAC tables. Invalid rows fail the whole batch before anything is
-// written.
+// written. Concurrent Upserts and Deletes may share a commit (see
+// writeGrouped); the rows of one call are always applied together.
 func (s *Store) UpsertBatch(ctx context.Context, rows []Object) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("index: upsert: %w", err)
@@ -75,19 +76,17 @@ func (s *Store) UpsertBatch(ctx context.Context, rows []Object) error {
 			}
 		}
 	}
-	return s.write(func(w *writeTxn) error {
+	s.writeGrouped(func(w *writeTxn) {
 		for i := range rows {
 			o := &rows[i]
 			if isPolicyKind(o.Group, o.Kind) {
-				if err := w.upsertPolicy(o); err != nil {
-					return err
-				}
+				must(w.upsertPolicy(o)) // cannot fail: validated above
 				continue
 			}
 			w.upsertObject(o)
 		}
-		return nil
 	})
+	return nil
 }
 
 // Delete implements Sink.
@@ -98,16 +97,16 @@ func (s *Store) Delete(ctx context.Context, key Key) error {
 	if err := validateKey(key); err != nil {
 		return fmt.Errorf("index: delete: %w", err)
 	}
-	return s.write(func(w *writeTxn) error {
+	s.writeGrouped(func(w *writeTxn) {
 		if isPolicyKind(key.Group, key.Kind) {
 			w.deletePolicy(key)
-			return nil
+			return
 		}
 		if r := w.s.x.get(objectKey(key)); r != nil {
 			w.deleteObject(r)
 		}
-		return nil
 	})
+	return nil
 }
 
 // upsertObject writes o unless the stored row has the same content.

@@ -19,7 +19,9 @@ import (
 // a change is visible to queries and subscribers at the same sequence
 // number. Queries hold the read lock while they use objIndex; lookups that
 // only need memdb (RBAC getters, clusters, kinds, their revisions) read a
-// lock-free memdb snapshot. The Store starts no goroutines.
+// lock-free memdb snapshot. Concurrent Upserts and Deletes are combined
+// into one commit (see writeGrouped), so that writers are not held to one
+// commit per query in progress. The Store starts no goroutines.
 type Store struct {
 	db    *memdb.MemDB
 	clock func() time.Time
@@ -40,6 +42,12 @@ type Store struct {
 	// read lock, so watchMu guards the map.
 	watchMu  sync.Mutex
 	objWatch map[string]chan struct{}
+
+	// queue holds the changes waiting for a grouped commit, and leading
+	// is set while a writer is applying them; see writeGrouped.
+	queueMu sync.Mutex
+	queue   []*writeReq
+	leading bool
 }
 
 // Option configures a Store.
@@ -122,16 +130,77 @@ type scopeKey struct{ scope, cluster string }
 func (s *Store) write(fn func(w *writeTxn) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	defer s.x.byName.flush()
-	w := &writeTxn{s: s, now: unixNano(s.clock()), seq: s.seq}
-	defer func() {
-		if w.txn != nil {
-			w.txn.Abort() // a no-op after Commit
-		}
-	}()
+	w := s.begin()
+	defer w.end()
 	if err := fn(w); err != nil {
 		return err
 	}
+	w.commit()
+	return nil
+}
+
+// writeReq is one change waiting for a grouped commit.
+type writeReq struct {
+	fn   func(w *writeTxn)
+	done chan bool // true: applied; false: the receiver leads the next commit
+}
+
+// writeGrouped applies fn, which has validated its input and cannot fail,
+// in a commit that may also apply other goroutines' changes (group
+// commit). Writers that arrive while a write or a query holds the lock
+// queue their change, and one of them, the leader, takes the lock and
+// applies every queued change in one commit, each change's events still
+// consecutive. Without it, each write waits for the query in progress and
+// the next query for the write: a busy reader let through about one write
+// per query (measured: 2,600 one-row Upserts/s against back-to-back 250 µs
+// queries).
+func (s *Store) writeGrouped(fn func(w *writeTxn)) {
+	req := &writeReq{fn: fn, done: make(chan bool, 1)}
+	s.queueMu.Lock()
+	s.queue = append(s.queue, req)
+	lead := !s.leading
+	s.leading = true
+	s.queueMu.Unlock()
+	if !lead && <-req.done {
+		return
+	}
+	s.mu.Lock()
+	s.queueMu.Lock()
+	batch := s.queue
+	s.queue = nil
+	s.queueMu.Unlock()
+	w := s.begin()
+	for _, r := range batch {
+		r.fn(w)
+	}
+	w.commit()
+	w.end()
+	s.mu.Unlock()
+	for _, r := range batch {
+		if r != req {
+			r.done <- true
+		}
+	}
+	// Hand the lead to the first writer that queued meanwhile, so that
+	// no caller applies others' changes for long.
+	s.queueMu.Lock()
+	if len(s.queue) > 0 {
+		s.queue[0].done <- false
+	} else {
+		s.leading = false
+	}
+	s.queueMu.Unlock()
+}
+
+// begin starts a write; the write lock must be held.
+func (s *Store) begin() *writeTxn {
+	return &writeTxn{s: s, now: unixNano(s.clock()), seq: s.seq}
+}
+
+// commit bumps the touched revisions, commits the memdb transaction if one
+// was opened and publishes the events, unless nothing changed.
+func (w *writeTxn) commit() {
+	s := w.s
 	for c := range w.policy {
 		w.emit(&Event{Type: EventPolicy, Cluster: c})
 		ev := w.events[len(w.events)-1]
@@ -139,7 +208,7 @@ func (s *Store) write(fn func(w *writeTxn) error) error {
 		w.touch(revisionPolicy, c)
 	}
 	if len(w.touched) == 0 {
-		return nil
+		return
 	}
 	for _, k := range w.touched {
 		if k.scope == revisionObjects {
@@ -153,7 +222,15 @@ func (s *Store) write(fn func(w *writeTxn) error) error {
 	}
 	s.seq = w.seq
 	s.feed.publish(w.events)
-	return nil
+}
+
+// end finishes a write, committed or not: it adds the inserted rows to the
+// name order and drops an uncommitted memdb transaction.
+func (w *writeTxn) end() {
+	w.s.x.byName.flush()
+	if w.txn != nil {
+		w.txn.Abort() // a no-op after Commit
+	}
 }
 
 // emit assigns the next sequence number to ev and queues it.
