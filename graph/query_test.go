@@ -444,3 +444,38 @@ func TestViewer(t *testing.T) {
 		t.Errorf("viewer %+v", r.Viewer)
 	}
 }
+
+// TestAccessFollowsFleetChanges checks that a viewer's cached access
+// follows a cluster joining with RBAC for them, and a binding removed.
+func TestAccessFollowsFleetChanges(t *testing.T) {
+	f := newFixture(t)
+	count := func() int {
+		var r objectsResult
+		f.query("alice", objectsQuery, map[string]any{"first": 0}, &r)
+		return r.Objects.TotalCount
+	}
+	if n := count(); n != objsPerNS {
+		t.Fatalf("alice sees %d objects, want %d", n, objsPerNS)
+	}
+	seedCluster(t, f.store, "south", index.StateConnected, true) // RBAC roles, no objects
+	ctx := context.Background()
+	var pods []index.Object
+	for i := range objsPerNS {
+		pods = append(pods, testObject(podKind, "south", "team-a", fmt.Sprintf("south-%d", i), index.StatusHealthy))
+	}
+	must(t, f.store.Replace(ctx, "south", podKind, pods))
+	must(t, f.store.Replace(ctx, "south", rbKind, []index.Object{
+		binding("south", "team-a", "alice-view", index.KindClusterRole, "view", userSubject("alice")),
+	}))
+	if n := count(); n != 2*objsPerNS {
+		t.Errorf("after south joined alice sees %d objects, want %d", n, 2*objsPerNS)
+	}
+	must(t, f.store.Replace(ctx, "east", rbKind, nil))
+	if n := count(); n != objsPerNS {
+		t.Errorf("after east's binding went alice sees %d objects, want %d", n, objsPerNS)
+	}
+	must(t, f.store.RemoveCluster(ctx, "south"))
+	if n := count(); n != 0 {
+		t.Errorf("after south left alice sees %d objects, want 0", n)
+	}
+}
