@@ -48,7 +48,7 @@ func tokenFor(cluster string) string {
 	return "tok-" + cluster
 }
 
-func newHubHarness(t *testing.T, opts HubOptions) *hubHarness {
+func newHubHarness(t testing.TB, opts HubOptions) *hubHarness {
 	t.Helper()
 	h := &hubHarness{store: index.New()}
 	opts.Store = h.store
@@ -92,7 +92,7 @@ type recorder struct {
 	wake   chan struct{}
 }
 
-func newRecorder(t *testing.T, store *index.Store) *recorder {
+func newRecorder(t testing.TB, store *index.Store) *recorder {
 	r := &recorder{wake: make(chan struct{}, 1)}
 	sub, err := store.Subscribe(store.LastSeq())
 	if err != nil {
