@@ -399,13 +399,19 @@ func appendGQLString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// appendEscaped is appendGQLString without the quotes.
+// appendEscaped is appendGQLString without the quotes. Most strings need
+// no escaping at all, so it skips clean runs eight bytes at a time.
 func appendEscaped(b []byte, s string) []byte {
 	const hex = "0123456789ABCDEF"
 	start := 0
-	for i := 0; i < len(s); i++ {
+	for i := 0; i < len(s); {
+		if i+8 <= len(s) && !needsEscape8(load8(s[i:i+8])) {
+			i += 8
+			continue
+		}
 		c := s[i]
 		if c >= 0x20 && c != '\\' && c != '"' {
+			i++
 			continue
 		}
 		b = append(b, s[start:i]...)
@@ -421,9 +427,32 @@ func appendEscaped(b []byte, s string) []byte {
 		default:
 			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
 		}
-		start = i + 1
+		i++
+		start = i
 	}
 	return append(b, s[start:]...)
+}
+
+// load8 reads eight bytes as a little-endian word; the compiler turns
+// this pattern into one load.
+func load8(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+// needsEscape8 reports whether any of eight bytes is a control character,
+// a double quote or a backslash, with the usual SWAR tests for a zero or
+// small byte (false positives are impossible for these constants; a true
+// result only sends the caller to the byte-wise check).
+func needsEscape8(x uint64) bool {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	hasLess := func(v uint64, n uint64) uint64 { return (v - ones*n) & ^v & highs }
+	hasZero := func(v uint64) uint64 { return (v - ones) & ^v & highs }
+	return hasLess(x, 0x20)|hasZero(x^(ones*'"'))|hasZero(x^(ones*'\\')) != 0
 }
 
 // appendList writes a JSON array of n elements written by elem.

@@ -3,7 +3,11 @@ package graph
 import (
 	"bytes"
 	"context"
+	"math/rand/v2"
+	"strings"
 	"testing"
+
+	"github.com/99designs/gqlgen/graphql"
 
 	"github.com/fleetgraph/fleetgraph/index"
 )
@@ -62,5 +66,28 @@ func TestObjectsFastPathMatchesGeneratedCode(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAppendEscapedMatchesGqlgen compares the escaping with gqlgen's String
+// marshaler on strings mixing clean runs, every escaped byte, multi-byte
+// UTF-8 and invalid bytes, at every alignment.
+func TestAppendEscapedMatchesGqlgen(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	alphabet := []string{"a", "Z", "0", " ", "/", "é", "\u2028", "\xff", "\"", "\\", "\t", "\n", "\r", "\x00", "\x01", "\x1f", "\x7f", "<>&"}
+	for range 5000 {
+		var sb strings.Builder
+		for range rnd.IntN(40) {
+			if rnd.IntN(3) == 0 {
+				sb.WriteString("clean run of text ")
+			}
+			sb.WriteString(alphabet[rnd.IntN(len(alphabet))])
+		}
+		s := sb.String()
+		var want bytes.Buffer
+		graphql.MarshalString(s).MarshalGQL(&want)
+		if got := appendGQLString(nil, s); !bytes.Equal(got, want.Bytes()) {
+			t.Fatalf("%q: got %s, want %s", s, got, want.Bytes())
+		}
 	}
 }
