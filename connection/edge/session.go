@@ -159,7 +159,11 @@ func (s *session) run(ctx context.Context) {
 	}
 	_ = s.conn.Close() // idempotent; covers a failed welcome
 	s.failPending()
-	s.log.Warn("edge session ended", "err", err)
+	if websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway) || ctx.Err() != nil {
+		s.log.Info("edge session ended", "err", err)
+	} else {
+		s.log.Warn("edge session ended", "err", err)
+	}
 	if ctx.Err() == nil {
 		s.transition(ctx, index.StateDisconnected, fmt.Errorf("edge session ended: %w", err))
 	}
