@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -311,5 +312,64 @@ func TestSubscriptionOverHTTPIsRejected(t *testing.T) {
 	status, resp := f.post("alice", `subscription { fleet { message } }`, nil)
 	if status != http.StatusOK || resp.code() != CodeBadRequest || !strings.Contains(resp.Errors[0].Message, "websocket") {
 		t.Errorf("status %d, errors %+v", status, resp.Errors)
+	}
+}
+
+// TestIntrospectionQueryFitsTheLimits runs the full introspection query of
+// graphql-js (GraphiQL's, saved in testdata by
+// `node -e "console.log(require('graphql').getIntrospectionQuery({...}))"`)
+// under the default limits, which must admit it.
+func TestIntrospectionQueryFitsTheLimits(t *testing.T) {
+	f := newFixture(t)
+	q, err := os.ReadFile("testdata/introspection.graphql")
+	must(t, err)
+	var r struct {
+		Schema struct{ Types []struct{ Name string } } `json:"__schema"`
+	}
+	f.query("alice", string(q), nil, &r)
+	if len(r.Schema.Types) < 20 {
+		t.Errorf("introspection returned %d types", len(r.Schema.Types))
+	}
+}
+
+func TestTokenFromPayload(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		payload map[string]any
+		want    string
+	}{
+		{"Authorization bearer", map[string]any{"Authorization": "Bearer t1"}, "t1"},
+		{"lower-case, no scheme", map[string]any{"authorization": "t2"}, "t2"},
+		{"token", map[string]any{"token": "t3"}, "t3"},
+		{"authToken", map[string]any{"authToken": "Bearer t4"}, "t4"},
+		{"headers", map[string]any{"headers": map[string]any{"AUTHORIZATION": "bearer t5"}}, "t5"},
+		{"none", map[string]any{"other": "x"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tokenFromPayload(tc.payload); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestLegacyGraphQLWS(t *testing.T) {
+	f := newFixture(t)
+	c := f.dial("graphql-ws", nil)
+	c.send(wsMessage{Type: "connection_init", Payload: mustJSON(t, map[string]any{"authToken": f.tokens["alice"]})})
+	if m := c.read(); m.Type != "connection_ack" {
+		t.Fatalf("got %+v", m)
+	}
+	c.send(wsMessage{ID: "1", Type: "start", Payload: mustJSON(t, map[string]any{"query": "subscription { fleet { message } }"})})
+	if m := c.readFor("1"); m.Type != "data" || !strings.Contains(string(m.Payload), "All 1 clusters synced") {
+		t.Fatalf("got %+v %s", m, m.Payload)
+	}
+	c.send(wsMessage{ID: "1", Type: "stop"})
+	if m := c.readFor("1"); m.Type != "complete" {
+		t.Fatalf("after stop got %+v", m)
+	}
+	c.send(wsMessage{Type: "connection_terminate"})
+	if code, _ := c.closeStatus(5 * time.Second); code != websocket.StatusNormalClosure {
+		t.Errorf("terminate closed with %d", code)
 	}
 }
