@@ -36,7 +36,15 @@ func (k *keyIndex) get(key string, rows []*objRow) (uint32, bool) {
 
 // getBytes is get for a key built in a buffer; it does not allocate.
 func (k *keyIndex) getBytes(key []byte, rows []*objRow) (uint32, bool) {
-	if rid, ok := k.byHash[maphash.Bytes(k.seed, key)&k.mask]; ok && rows[rid].key == string(key) {
+	return k.getHashed(k.hash(key), key, rows)
+}
+
+// hash returns the hash of a key as getHashed wants it.
+func (k *keyIndex) hash(key []byte) uint64 { return maphash.Bytes(k.seed, key) & k.mask }
+
+// getHashed is getBytes with the key's hash already computed.
+func (k *keyIndex) getHashed(h uint64, key []byte, rows []*objRow) (uint32, bool) {
+	if rid, ok := k.byHash[h]; ok && rows[rid].key == string(key) {
 		return rid, true
 	}
 	if len(k.other) == 0 {

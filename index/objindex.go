@@ -122,6 +122,12 @@ func (x *objIndex) maxRows() int { return len(x.rows) }
 // insert adds a new row (r.rid unset) to every index and interns its
 // message.
 func (x *objIndex) insert(r *objRow) {
+	x.insertRow(r)
+	x.addLabels(r)
+}
+
+// insertRow is insert but for the label index (see updateLabels).
+func (x *objIndex) insertRow(r *objRow) {
 	r.message = x.msgs.intern(r.message)
 	pfx := namePrefix(r.name())
 	if n := len(x.free); n > 0 {
@@ -152,7 +158,6 @@ func (x *objIndex) insert(r *objRow) {
 	}
 	na.rows.add(r.rid, x.maxRows())
 	x.addCounts(r, ca, na, 1)
-	x.addLabels(r)
 }
 
 // remove deletes r from every index and frees its row id.
@@ -183,6 +188,12 @@ func (x *objIndex) remove(r *objRow) {
 // indexes whose inputs changed. The name order holds row ids, so it does
 // not change.
 func (x *objIndex) update(old, r *objRow) {
+	x.updateRow(old, r)
+	x.updateLabels(old, r)
+}
+
+// updateRow is update but for the label index.
+func (x *objIndex) updateRow(old, r *objRow) {
 	r.rid = old.rid
 	x.rows[r.rid] = r
 	if r.message == old.message {
@@ -197,7 +208,16 @@ func (x *objIndex) update(old, r *objRow) {
 		x.addCounts(old, ca, na, -1)
 		x.addCounts(r, ca, na, 1)
 	}
-	if old.labelBytes() != r.labelBytes() {
+}
+
+// updateLabels indexes the labels of r, which replaced old (nil for a new
+// row). It touches only the label dictionary's postings and keyPost, so it
+// may run beside changes to everything else (see upsertBulk).
+func (x *objIndex) updateLabels(old, r *objRow) {
+	switch {
+	case old == nil:
+		x.addLabels(r)
+	case old.labelBytes() != r.labelBytes():
 		x.removeLabels(old) // old.rid is r.rid
 		x.addLabels(r)
 	}

@@ -171,22 +171,34 @@ func validateKey(k Key) error {
 	return nil
 }
 
-// buildRow converts o, whose objectKey is key, into a row, interning its
-// cluster, namespace, kind and labels; same is a stored row with the same
-// labels, whose pair ids are reused, or nil. It must be called with the
-// write lock held. The row has no rid yet, and its message is interned
-// only when the row is stored.
-func (x *objIndex) buildRow(o *Object, key string, same *objRow) *objRow {
-	var buf [16]uint32
-	ids := buf[:0]
-	if same != nil {
-		ids = same.labelIDs(ids)
-	} else {
-		for k, v := range o.Labels {
-			ids = append(ids, x.labels.intern(k, v))
-		}
-		slices.Sort(ids)
+// internLabels appends the sorted pair ids of labels to dst.
+func (x *objIndex) internLabels(dst []uint32, labels map[string]string) []uint32 {
+	n := len(dst)
+	for k, v := range labels {
+		dst = append(dst, x.labels.intern(k, v))
 	}
+	slices.Sort(dst[n:])
+	return dst
+}
+
+// hasLabels reports whether the row's label pair ids are ids.
+func (r *objRow) hasLabels(ids []uint32) bool {
+	if r.numLabels() != len(ids) {
+		return false
+	}
+	for i, id := range ids {
+		if r.label(i) != id {
+			return false
+		}
+	}
+	return true
+}
+
+// buildRow converts o, whose objectKey is key and whose sorted label pair
+// ids are ids, into a row, interning its cluster, namespace and kind. It
+// must be called with the write lock held. The row has no rid yet, and its
+// message is interned only when the row is stored.
+func (x *objIndex) buildRow(o *Object, key string, ids []uint32) *objRow {
 	r := &objRow{
 		key:     key,
 		nameOff: uint16(len(key) - 1 - len(o.Name)),
