@@ -1,7 +1,10 @@
 package edge
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -408,5 +411,69 @@ func TestCloseText(t *testing.T) {
 	long := &Reject{Reason: ReasonInvalid, Message: strings.Repeat("é", 100)}
 	if s := closeText(long); len(s) > 123 || !json.Valid([]byte(`"`+s+`"`)) {
 		t.Errorf("close text %d bytes or invalid UTF-8", len(s))
+	}
+}
+
+// slowStore makes every delta take a while, like a manager under load.
+type slowStore struct {
+	*index.Store
+	delay time.Duration
+}
+
+func (s slowStore) UpsertBatch(ctx context.Context, rows []index.Object) error {
+	time.Sleep(s.delay)
+	return s.Store.UpsertBatch(ctx, rows)
+}
+
+// TestSlowManagerCoalesces: while the manager is slow, the edge keeps only
+// the latest state of each object and the manager ends with exactly that.
+func TestSlowManagerCoalesces(t *testing.T) {
+	store := index.New()
+	hub, err := NewHub(HubOptions{Store: slowStore{store, 50 * time.Millisecond}, Tokens: NewStaticTokens(testTokens), Window: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	hubDone := make(chan error, 1)
+	go func() { hubDone <- hub.Run(ctx) }()
+	srv := httptest.NewServer(hub)
+	t.Cleanup(func() { cancel(); <-hubDone; srv.Close() })
+
+	a := startAgent(t, AgentOptions{Manager: srv.URL + "/edge", Cluster: "edge-b", MaxPending: 1000})
+	rows := testRows("edge-b", 100, "0")
+	if err := a.buf.Replace(ctx, "edge-b", testKind, rows); err != nil {
+		t.Fatal(err)
+	}
+	a.buf.expect([]index.Kind{testKind})
+	eventually(t, 10*time.Second, "first snapshot", func() error {
+		if row, ok := store.GetCluster(nil, "edge-b"); !ok || row.State != index.StateConnected {
+			return errString("not connected")
+		}
+		return nil
+	})
+	const rounds = 50
+	for round := 1; round <= rounds; round++ {
+		for i := range rows {
+			r := rows[i]
+			// The index ignores the resource version when it compares
+			// rows, so change what a user sees too.
+			r.ResourceVersion, r.Message = fmt.Sprint(round), fmt.Sprint("round ", round)
+			if err := a.buf.Upsert(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	eventually(t, 20*time.Second, "the latest state of every object", func() error {
+		for _, o := range allRows(t, store, "edge-b") {
+			if o.Message != fmt.Sprint("round ", rounds) {
+				return fmt.Errorf("%s at %q", o.Name, o.Message)
+			}
+		}
+		return nil
+	})
+	s := a.Stats()
+	t.Logf("%d updates: %d coalesced in the edge, %d messages sent", rounds*len(rows), s.Coalesced, s.Messages)
+	if s.Coalesced == 0 || s.Messages > rounds {
+		t.Errorf("no coalescing under a slow manager: %+v", s)
 	}
 }
