@@ -13,11 +13,14 @@
 //
 // Store is the implementation. Object rows live in purpose-built
 // structures (a row table, posting lists of small row ids, name-ordered
-// sorted runs and pre-aggregated count cells; see objIndex) because go-memdb's
-// per-row cost missed the memory and ingest goals; clusters, kinds, RBAC
-// rows and per-cluster revisions are go-memdb tables, which give WatchSets
-// for blocking reads. Every write is one commit that updates both under
-// one lock and publishes its events with consecutive sequence numbers.
+// sorted runs and pre-aggregated count cells; see objIndex) because
+// go-memdb's per-row cost missed the memory and ingest goals; clusters,
+// kinds, RBAC rows and their per-cluster revisions are go-memdb tables,
+// which give WatchSets for blocking reads (the objects revision of a
+// cluster is kept beside the object rows and has its own watch channels).
+// Every write is one commit that updates both under one lock and publishes
+// its events with consecutive sequence numbers; concurrent Upserts and
+// Deletes may share a commit.
 //
 // It does not talk to Kubernetes, evaluate RBAC rules, or know about
 // GraphQL: it imports no Kubernetes client code.

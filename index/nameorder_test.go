@@ -39,7 +39,7 @@ func TestNameOrder(t *testing.T) {
 					continue // else add it again in the same write
 				}
 			}
-			r := x.buildRow(o, key, nil)
+			r := x.buildRow(o, nil)
 			x.insert(r)
 			live[key] = r
 		}

@@ -77,8 +77,10 @@ func (s *Store) UpsertBatch(ctx context.Context, rows []Object) error {
 		}
 	}
 	s.writeGrouped(func(w *writeTxn) {
-		if len(rows) >= bulkMin && !hasPolicyRows(rows) && w.upsertBulk(rows) {
-			return
+		if !hasPolicyRows(rows) {
+			if _, ok := w.upsertBulk(rows); ok {
+				return
+			}
 		}
 		for i := range rows {
 			o := &rows[i]
@@ -125,13 +127,12 @@ func hasPolicyRows(rows []Object) bool {
 // upsertObject writes o unless the stored row has the same content.
 func (w *writeTxn) upsertObject(o *Object) {
 	var buf [256]byte
-	w.putObject(o, "", w.s.x.lookup(appendObjectKey(buf[:0], o.Key())))
+	w.putObject(o, w.s.x.lookup(appendObjectKey(buf[:0], o.Key())))
 }
 
 // putObject writes o over old (nil when the key is not stored) unless both
-// have the same content. key is o's objectKey, or "" to compute it when
-// needed.
-func (w *writeTxn) putObject(o *Object, key string, old *objRow) {
+// have the same content.
+func (w *writeTxn) putObject(o *Object, old *objRow) {
 	x := w.s.x
 	var buf [16]uint32
 	var ids []uint32
@@ -140,7 +141,7 @@ func (w *writeTxn) putObject(o *Object, key string, old *objRow) {
 	} else {
 		ids = x.internLabels(buf[:0], o.Labels)
 	}
-	if r := w.putRow(o, key, old, ids); r != nil {
+	if r := w.putRow(o, old, ids); r != nil {
 		x.updateLabels(old, r)
 	}
 }
@@ -149,17 +150,12 @@ func (w *writeTxn) putObject(o *Object, key string, old *objRow) {
 // leaves the label index to the caller (x.updateLabels(old, r)). It
 // returns the new row, or nil when o equals old. It does not read the
 // label dictionary.
-func (w *writeTxn) putRow(o *Object, key string, old *objRow, ids []uint32) *objRow {
+func (w *writeTxn) putRow(o *Object, old *objRow, ids []uint32) *objRow {
 	x := w.s.x
-	if old != nil {
-		if old.hasLabels(ids) && sameFields(o, old) {
-			return nil
-		}
-		key = old.key // the stored key string; see nameOrder
-	} else if key == "" {
-		key = objectKey(o.Key())
+	if old != nil && old.hasLabels(ids) && sameFields(o, old) {
+		return nil
 	}
-	r := x.buildRow(o, key, ids)
+	r := x.buildRow(o, ids)
 	r.updated = w.now
 	cluster := x.clusters.str(r.cid)
 	if old == nil {
@@ -188,12 +184,17 @@ const (
 // but the label dictionary and postings. So a helper goroutine interns
 // every row's labels while this one looks up, builds and indexes the rows
 // a chunk behind it; then the helper indexes the labels while this one
-// adds the rows to the name order. It reports false, having changed
-// nothing, when two rows may share a key: it looks up every stored row
-// first, so rows must be independent.
-func (w *writeTxn) upsertBulk(rows []Object) bool {
+// adds the rows to the name order. It returns the stored row each row
+// replaced (nil for a new one). It reports false, having changed nothing,
+// for fewer than bulkMin rows and when two rows may share a key: it looks
+// up every stored row first, so rows must be independent. Rows must not
+// be policy rows.
+func (w *writeTxn) upsertBulk(rows []Object) (olds []*objRow, ok bool) {
+	if len(rows) < bulkMin {
+		return nil, false
+	}
 	x := w.s.x
-	olds := make([]*objRow, len(rows))
+	olds = make([]*objRow, len(rows))
 	seen := make(map[uint64]struct{}, len(rows))
 	nLabels := 0
 	var buf [256]byte
@@ -201,7 +202,7 @@ func (w *writeTxn) upsertBulk(rows []Object) bool {
 		key := appendObjectKey(buf[:0], rows[i].Key())
 		h := x.byKey.hash(key)
 		if _, dup := seen[h]; dup {
-			return false
+			return nil, false
 		}
 		seen[h] = struct{}{}
 		if rid, ok := x.byKey.getHashed(h, key, x.rows); ok {
@@ -230,7 +231,7 @@ func (w *writeTxn) upsertBulk(rows []Object) bool {
 		for done <= i {
 			done = <-ready
 		}
-		if r := w.putRow(&rows[i], "", olds[i], ids[start:ends[i]]); r != nil {
+		if r := w.putRow(&rows[i], olds[i], ids[start:ends[i]]); r != nil {
 			changes = append(changes, change{olds[i], r})
 		}
 		start = ends[i]
@@ -244,7 +245,7 @@ func (w *writeTxn) upsertBulk(rows []Object) bool {
 	}()
 	x.byName.flush()
 	<-helped
-	return true
+	return olds, true
 }
 
 // deleteObject removes a stored row.
@@ -256,36 +257,44 @@ func (w *writeTxn) deleteObject(r *objRow) {
 }
 
 // replaceObjects makes the stored rows of one kind in one cluster equal to
-// rows.
+// rows. It finds the stored rows by key, as Upsert does, and deletes those
+// of the kind that rows do not name.
 func (w *writeTxn) replaceObjects(cluster string, kind Kind, rows []Object) {
 	x := w.s.x
-	existing := map[string]*objRow{}
+	stale := map[uint32]struct{}{}
 	cid, ok1 := x.clusters.lookup(cluster)
 	kid, ok2 := x.kinds.kids[groupKindName{Group: kind.Group, Kind: kind.Kind}]
 	if ok1 && ok2 && int(cid) < len(x.byCluster) && x.byCluster[cid] != nil {
 		x.byCluster[cid].byKind[kid].each(func(rid uint32) bool {
-			r := x.rows[rid]
-			existing[r.key] = r
+			stale[rid] = struct{}{}
 			return true
 		})
 	}
-	// Later duplicates of a key win, as they would in a sequence of Upserts.
-	last := make(map[string]int, len(rows))
-	keys := make([]string, len(rows))
-	for i := range rows {
-		keys[i] = objectKey(rows[i].Key())
-		last[keys[i]] = i
-	}
-	for i := range rows {
-		if last[keys[i]] != i {
-			continue
+	olds, ok := w.upsertBulk(rows)
+	if !ok {
+		// Later duplicates of a key win, as they would in a sequence of
+		// Upserts.
+		last := make(map[Key]int, len(rows))
+		for i := range rows {
+			last[rows[i].Key()] = i
 		}
-		old := existing[keys[i]]
-		delete(existing, keys[i])
-		w.putObject(&rows[i], keys[i], old)
+		olds = make([]*objRow, len(rows))
+		for i := range rows {
+			if last[rows[i].Key()] != i {
+				continue
+			}
+			var buf [256]byte
+			olds[i] = x.lookup(appendObjectKey(buf[:0], rows[i].Key()))
+			w.putObject(&rows[i], olds[i])
+		}
 	}
-	for _, r := range existing {
-		w.deleteObject(r)
+	for _, old := range olds {
+		if old != nil {
+			delete(stale, old.rid)
+		}
+	}
+	for rid := range stale {
+		w.deleteObject(x.rows[rid])
 	}
 }
 

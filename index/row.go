@@ -23,11 +23,12 @@ var ErrInvalidRow = errors.New("index: invalid row")
 // is a slice of the key. Updates build a new objRow; the old one stays
 // valid for readers and change events that still hold it.
 //
-// The uid, the resource version and the label pair ids share one string,
-// tail, rather than three allocations: the garbage collector's work grows
-// with the number of objects and pointers in the heap, and at 1M rows each
-// collection cycle marked about seven objects per row. Copying the uid and
-// resource version also stops a row from pinning the caller's buffers.
+// The key, the uid, the resource version and the label pair ids share one
+// allocation (key and tail are adjacent slices of it) rather than four:
+// the garbage collector's work grows with the number of objects and
+// pointers in the heap, and at 1M rows each collection cycle marked about
+// seven objects per row. Copying the uid and resource version also stops a
+// row from pinning the caller's buffers.
 type objRow struct {
 	key     string // compoundKey(cluster, group, kind, namespace, name)
 	kind    *kindInfo
@@ -75,15 +76,19 @@ func (r *objRow) labelIDs(dst []uint32) []uint32 {
 	return dst
 }
 
-// rowTail encodes the tail of a row; ids must be sorted.
-func rowTail(uid, rv string, ids []uint32) string {
-	b := make([]byte, 0, len(uid)+len(rv)+4*len(ids))
+// rowStrings encodes the key and tail of a row in one allocation; ids must
+// be sorted.
+func rowStrings(k Key, uid, rv string, ids []uint32) (key, tail string) {
+	n := len(k.Cluster) + len(k.Group) + len(k.Kind) + len(k.Namespace) + len(k.Name) + 5
+	b := make([]byte, 0, n+len(uid)+len(rv)+4*len(ids))
+	b = appendObjectKey(b, k)
 	b = append(b, uid...)
 	b = append(b, rv...)
 	for _, id := range ids {
 		b = binary.LittleEndian.AppendUint32(b, id)
 	}
-	return unsafe.String(unsafe.SliceData(b), len(b)) // b is not used again
+	s := unsafe.String(unsafe.SliceData(b), len(b)) // b is not used again
+	return s[:n], s[n:]
 }
 
 // sameFields reports whether o, whose key is old's, has the content of
@@ -194,11 +199,12 @@ func (r *objRow) hasLabels(ids []uint32) bool {
 	return true
 }
 
-// buildRow converts o, whose objectKey is key and whose sorted label pair
-// ids are ids, into a row, interning its cluster, namespace and kind. It
-// must be called with the write lock held. The row has no rid yet, and its
-// message is interned only when the row is stored.
-func (x *objIndex) buildRow(o *Object, key string, ids []uint32) *objRow {
+// buildRow converts o, whose sorted label pair ids are ids, into a row,
+// interning its cluster, namespace and kind. It must be called with the
+// write lock held. The row has no rid yet, and its message is interned
+// only when the row is stored.
+func (x *objIndex) buildRow(o *Object, ids []uint32) *objRow {
+	key, tail := rowStrings(o.Key(), o.UID, o.ResourceVersion, ids)
 	r := &objRow{
 		key:     key,
 		nameOff: uint16(len(key) - 1 - len(o.Name)),
@@ -206,7 +212,7 @@ func (x *objIndex) buildRow(o *Object, key string, ids []uint32) *objRow {
 		cid:     x.clusters.intern(o.Cluster),
 		nsid:    x.namespaces.intern(o.Namespace),
 		status:  statusIndex(o.Status),
-		tail:    rowTail(o.UID, o.ResourceVersion, ids),
+		tail:    tail,
 		uidLen:  uint32(len(o.UID)),
 		rvLen:   uint32(len(o.ResourceVersion)),
 		owners:  o.OwnerRefs,

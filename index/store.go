@@ -21,7 +21,9 @@ import (
 // only need memdb (RBAC getters, clusters, kinds, their revisions) read a
 // lock-free memdb snapshot. Concurrent Upserts and Deletes are combined
 // into one commit (see writeGrouped), so that writers are not held to one
-// commit per query in progress. The Store starts no goroutines.
+// commit per query in progress. The Store starts no long-lived goroutines:
+// a large UpsertBatch uses one helper goroutine while it holds the write
+// lock (see upsertBulk).
 type Store struct {
 	db    *memdb.MemDB
 	clock func() time.Time
