@@ -99,7 +99,7 @@ const cursorVersion = 1
 // A page encodes a cursor per edge, so this is hand-rolled: JSON took about
 // a third of the CPU of a page and most of its garbage.
 func encodeCursor(c cursor) string {
-	var buf [64]byte
+	var buf [256]byte // on the stack unless the key is long
 	b := append(buf[:0], cursorVersion, byte(slices.Index(orderFields, c.Field)), 0)
 	if c.Desc {
 		b[2] = 1
@@ -304,7 +304,7 @@ func (p *plan) run(o Order, after *sortKey, first int) ([]*objRow, bool, int) {
 // without loading them, so an exact source costs a few nanoseconds a row.
 func (p *plan) collect(src source, o Order, after *sortKey, first int) ([]*objRow, bool, int) {
 	x := p.x
-	h := &topK{desc: o.Desc, limit: first + 1}
+	h := newTopK(o.Desc, first+1)
 	// beyond reports whether a row whose key compares c with a bound is
 	// past it in the order.
 	beyond := func(c int) bool { return (!o.Desc && c > 0) || (o.Desc && c < 0) }
@@ -415,6 +415,10 @@ type topK struct {
 type topItem struct {
 	r  *objRow
 	sk sortKey
+}
+
+func newTopK(desc bool, limit int) *topK {
+	return &topK{desc: desc, limit: limit, items: make([]topItem, 0, limit), heap: make([]int32, 0, limit)}
 }
 
 // after reports whether item i comes after item j in the order.

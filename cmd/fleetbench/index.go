@@ -181,6 +181,28 @@ func runIndex(ctx context.Context, args []string) error {
 	return nil
 }
 
+// queryFor runs q back to back for d and returns the sorted latencies and
+// how many garbage collections ran meanwhile. Queries run back to back, as
+// in the idle measurement. (Sleeping between them, as the churn loop once
+// did, made even a churn-free run about three times slower at the median:
+// each query started on cold caches.)
+func queryFor(ctx context.Context, s *index.Store, q index.Query, d time.Duration) ([]time.Duration, uint32, error) {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	gc0 := ms.NumGC
+	var ds []time.Duration
+	for start := time.Now(); time.Since(start) < d; {
+		t := time.Now()
+		if _, err := s.Query(ctx, q); err != nil {
+			return nil, 0, err
+		}
+		ds = append(ds, time.Since(t))
+	}
+	runtime.ReadMemStats(&ms)
+	slices.Sort(ds)
+	return ds, ms.NumGC - gc0, nil
+}
+
 // startCPUProfile starts a CPU profile into path unless path is empty, and
 // returns the function that stops it and closes the file.
 func startCPUProfile(path string) (stop func(), err error) {
@@ -255,6 +277,14 @@ func churnQ3(ctx context.Context, s *index.Store, fleet indextest.Fleet, q index
 	for i := range updates {
 		updates[i] = fleet.Version(rnd.IntN(fleet.Size()), i+1)
 	}
+	// The same loop without churn first, for comparison: a window as long
+	// as the churn one holds as many garbage collections (the queries'
+	// own garbage triggers them), which the short idle Q3 window may miss.
+	if base, gcs, err := queryFor(ctx, s, q, d); err == nil {
+		logf("no churn: %d queries, p50 %v p90 %v p99 %v, %d GC cycles", len(base), base[len(base)/2], base[len(base)*9/10], base[len(base)*99/100], gcs)
+	} else {
+		return 0, err
+	}
 	// writers goroutines share the rate, each applying single-row Upserts
 	// on a 1 ms tick, as the collector's reflectors (one per cluster and
 	// kind) do with their watch events. Each Upsert returns once applied,
@@ -292,19 +322,11 @@ func churnQ3(ctx context.Context, s *index.Store, fleet indextest.Fleet, q index
 		return 0, err
 	}
 	defer stopProfile()
-	var ds []time.Duration
 	start := time.Now()
 	cpu0 := cpuTime()
-	// Queries run back to back, as in the idle measurement they are
-	// compared with. (Sleeping between them, as this loop once did, made
-	// even a churn-free run about three times slower at the median: each
-	// query started on cold caches.)
-	for time.Since(start) < d {
-		t := time.Now()
-		if _, err := s.Query(ctx, q); err != nil {
-			return 0, err
-		}
-		ds = append(ds, time.Since(t))
+	ds, gcs, err := queryFor(ctx, s, q, d)
+	if err != nil {
+		return 0, err
 	}
 	cancel()
 	wg.Wait()
@@ -312,11 +334,8 @@ func churnQ3(ctx context.Context, s *index.Store, fleet indextest.Fleet, q index
 	if err := <-errs; err != nil {
 		return 0, err
 	}
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	slices.Sort(ds)
-	logf("churn: %d queries, p50 %v p90 %v, process CPU %v over %v, %d GC cycles so far",
-		len(ds), ds[len(ds)/2], ds[len(ds)*9/10], cpuTime()-cpu0, time.Since(start), ms.NumGC)
+	logf("churn: %d queries, p50 %v p90 %v, process CPU %v over %v, %d GC cycles",
+		len(ds), ds[len(ds)/2], ds[len(ds)*9/10], cpuTime()-cpu0, time.Since(start), gcs)
 	if got := float64(applied.Load()) / time.Since(start).Seconds(); got < 0.9*float64(rate) {
 		// A loaded machine cannot always keep up; say so rather than
 		// print a figure that looks like the requested rate.
