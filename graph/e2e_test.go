@@ -359,12 +359,16 @@ func TestE2EFleet(t *testing.T) {
 		if m, err := alice.readTimeoutFor("conn", time.Second); err == nil {
 			t.Errorf("alice saw %s about a cluster she cannot see", m.Payload)
 		}
+		for _, c := range []*wsClient{admin, bob, alice} {
+			_ = c.c.CloseNow()
+		}
+		e.waitSubscribers(0)
 	})
 
 	t.Run("revoking a RoleBinding stops the stream within 2s", func(t *testing.T) {
 		alice := e.connect("alice")
 		alice.subscribe("obj", objectChangesSub, map[string]any{"filter": map[string]any{"kinds": []string{"Pod"}}})
-		e.waitSubscribers(e.subscribers() + 1)
+		e.waitSubscribers(1)
 		pods := kubernetes.NewForConfigOrDie(east.DirectConfig).CoreV1().Pods("ns-0")
 		newPod := func(name string) {
 			_, err := pods.Create(t.Context(), &corev1.Pod{
@@ -408,13 +412,6 @@ func TestE2EFleet(t *testing.T) {
 			t.Errorf("after the revoke alice still sees %d objects", r.Objects.TotalCount)
 		}
 	})
-}
-
-// subscribers returns how many subscriptions the fan-out has.
-func (f *fixture) subscribers() int {
-	f.h.hub.mu.Lock()
-	defer f.h.hub.mu.Unlock()
-	return len(f.h.hub.subs)
 }
 
 // readTimeoutFor reads the next message of operation id within d, keeping
