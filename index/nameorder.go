@@ -14,13 +14,14 @@ import (
 // It is a log-structured set of sorted runs rather than a search tree.
 // The rows a write inserts are sorted among themselves (they are in cache)
 // and added as one run when the write ends; runs of similar size are then
-// merged, like a binary counter, so there are at most log2(rows) runs and
-// each row is copied about log2(rows/batch) times by sequential merges.
-// Measured on the 1M-object fleet, inserting into a B-tree cost 2–4 µs per
-// row, nearly all of it cache misses while descending the tree, and was the
+// merged, like a binary counter, up to maxMergedRun items, so each row is
+// copied about log2(maxMergedRun/batch) times by sequential merges. Measured
+// on the 1M-object fleet, inserting into a B-tree cost 2–4 µs per row,
+// nearly all of it cache misses while descending the tree, and was the
 // largest part of ingest; a run costs a few hundred nanoseconds per row.
-// The price is paid by readers: a walk merges the runs' heads, a few
-// comparisons per row it yields, and seeking costs a binary search per run.
+// The price is paid by readers: at 1M rows there are about 45 runs, a walk
+// merges their heads (a comparison per run for each row it yields), and
+// seeking costs a binary search per run.
 //
 // Removing a row leaves its item in place. An item is live while its row
 // id's generation (objIndex.gens, bumped when an id is freed) is the one it
@@ -29,16 +30,22 @@ import (
 // runs are compacted into one. Items are pointer-free, so the garbage
 // collector does not scan the runs (a million pointers less to mark).
 //
-// Merges happen under the Store's write lock. The largest costs about
-// 30 ms at 1M rows and comes after about as many inserts as there are
-// rows; bulk loads pay it, single-row writes almost never.
+// Merges happen under the Store's write lock, which is why runs stop
+// growing at maxMergedRun: merging two runs of half a million rows took
+// 100–400 ms here, a stall no reader should wait behind.
 type nameOrder struct {
 	x       *objIndex
 	runs    [][]nameItem // each sorted, each more than twice as long as the next
 	pending []nameItem   // inserted by the write in progress
 	items   int          // items in runs, live or dead
 	dead    map[uint64]deadRow
+	maxRun  int // maxMergedRun; tests lower it
 }
+
+// maxMergedRun bounds the runs that merges build: merging costs about
+// 100–300 ns an item here (names sharing their first 16 bytes load rows),
+// so one write merges at most about 10 ms worth.
+const maxMergedRun = 1 << 15
 
 // nameItem is one entry of the name order.
 type nameItem struct {
@@ -123,7 +130,9 @@ func compareByName(a, b *objRow) int {
 	return compareKeys(a.key, a.nameOff, b.key, b.nameOff)
 }
 
-func newNameOrder(x *objIndex) *nameOrder { return &nameOrder{x: x, dead: map[uint64]deadRow{}} }
+func newNameOrder(x *objIndex) *nameOrder {
+	return &nameOrder{x: x, dead: map[uint64]deadRow{}, maxRun: maxMergedRun}
+}
 
 // live reports whether it is the item of a stored row.
 func (o *nameOrder) live(it *nameItem) bool { return o.x.gens[it.rid] == it.gen }
@@ -168,27 +177,40 @@ func (o *nameOrder) addPending() {
 		slices.SortFunc(run, func(a, b nameItem) int { return o.compare(&a, &b) })
 		o.runs = append(o.runs, run)
 		o.items += len(run)
-		for n := len(o.runs); n >= 2 && len(o.runs[n-2]) <= 2*len(o.runs[n-1]); n-- {
-			o.runs[n-2] = o.merge(o.runs[n-2:], false)
+		for n := len(o.runs); n >= 2 && len(o.runs[n-2]) <= 2*len(o.runs[n-1]) &&
+			len(o.runs[n-2])+len(o.runs[n-1]) <= o.maxRun; n-- {
+			o.runs[n-2] = o.merge(o.runs[n-2:])
 			o.runs[n-1] = nil
 			o.runs = o.runs[:n-1]
 		}
 	}
 }
 
-// compact merges every run into one without the dead items.
+// compact drops the dead items from every run (a sequential pass, without
+// comparisons).
 func (o *nameOrder) compact() {
 	o.addPending()
-	if len(o.runs) > 0 {
-		o.runs = [][]nameItem{o.merge(o.runs, true)}
-		o.items = len(o.runs[0])
+	o.items = 0
+	runs := o.runs[:0]
+	for _, run := range o.runs {
+		live := run[:0]
+		for _, it := range run {
+			if o.live(&it) {
+				live = append(live, it)
+			}
+		}
+		if len(live) > 0 {
+			runs = append(runs, live)
+			o.items += len(live)
+		}
 	}
+	clear(o.runs[len(runs):])
+	o.runs = runs
 	clear(o.dead)
 }
 
-// merge returns the sorted union of runs, without dead items when prune
-// is set.
-func (o *nameOrder) merge(runs [][]nameItem, prune bool) []nameItem {
+// merge returns the sorted union of runs.
+func (o *nameOrder) merge(runs [][]nameItem) []nameItem {
 	n := 0
 	for _, r := range runs {
 		n += len(r)
@@ -205,11 +227,8 @@ func (o *nameOrder) merge(runs [][]nameItem, prune bool) []nameItem {
 		if best < 0 {
 			break
 		}
-		it := &runs[best][heads[best]]
+		out = append(out, runs[best][heads[best]])
 		heads[best]++
-		if !prune || o.live(it) {
-			out = append(out, *it)
-		}
 	}
 	return out
 }

@@ -119,14 +119,8 @@ func (c cells) total() int {
 // maxRows is the size of the row id space, used to size bitmaps.
 func (x *objIndex) maxRows() int { return len(x.rows) }
 
-// insert adds a new row (r.rid unset) to every index and interns its
-// message.
-func (x *objIndex) insert(r *objRow) {
-	x.insertRow(r)
-	x.addLabels(r)
-}
-
-// insertRow is insert but for the label index (see updateLabels).
+// insertRow adds a new row (r.rid unset) to every index but the label
+// index (see updateLabels) and interns its message.
 func (x *objIndex) insertRow(r *objRow) {
 	r.message = x.msgs.intern(r.message)
 	pfx := namePrefix(r.name())
@@ -184,15 +178,9 @@ func (x *objIndex) remove(r *objRow) {
 	x.free = append(x.free, r.rid)
 }
 
-// update swaps old for r, which has the same key, touching only the
-// indexes whose inputs changed. The name order holds row ids, so it does
-// not change.
-func (x *objIndex) update(old, r *objRow) {
-	x.updateRow(old, r)
-	x.updateLabels(old, r)
-}
-
-// updateRow is update but for the label index.
+// updateRow swaps old for r, which has the same key, in every index but
+// the label index, touching only the indexes whose inputs changed. The
+// name order holds row ids, so it does not change.
 func (x *objIndex) updateRow(old, r *objRow) {
 	r.rid = old.rid
 	x.rows[r.rid] = r
