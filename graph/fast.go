@@ -51,14 +51,17 @@ func (s *service) fastObjects() graphql.RootFieldMiddleware {
 		if !ok {
 			return next(ctx)
 		}
+		pl, ok := plan(opCtx, rfc.Field.Selections, connectionTypes(), subTypes("ObjectConnection"))
+		if !ok {
+			return next(ctx)
+		}
 		page, err := s.queryObjects(ctx, args.filter, args.order, args.first, args.after)
 		if err != nil {
 			return next(ctx)
 		}
 		s.fastServed.Add(1)
-		sel := rfc.Field.Selections
 		return graphql.WriterFunc(func(w io.Writer) {
-			s.writeConnection(w, opCtx, sel, page)
+			s.writeConnection(w, pl, page)
 		})
 	}
 }
@@ -164,6 +167,31 @@ func objectTypes() []string     { return []string{"Object"} }
 func labelTypes() []string      { return []string{"Label"} }
 func ownerTypes() []string      { return []string{"OwnerReference"} }
 
+// fastFields lists, per type, the fields the fast path writes. A
+// selection of any other field (one added to the schema later) sends the
+// query down the generated path; TestFastFieldsCoverTheSchema fails until
+// the field is added here and to the writer.
+func fastFields(typeName string) []string {
+	switch typeName {
+	case "ObjectConnection":
+		return []string{"edges", "pageInfo", "totalCount", "staleClusters", "changesCursor"}
+	case "PageInfo":
+		return []string{"hasNextPage", "hasPreviousPage", "startCursor", "endCursor"}
+	case "ObjectEdge":
+		return []string{"cursor", "node"}
+	case "Object":
+		return []string{
+			"id", "cluster", "namespace", "group", "version", "kind", "resource", "name", "uid", "status", "message",
+			"labels", "ownerReferences", "createdAt", "updatedAt", "resourceVersion", "summary", "stale",
+		}
+	case "Label":
+		return []string{"key", "value"}
+	case "OwnerReference":
+		return []string{"kind", "name"}
+	}
+	return nil
+}
+
 // selPlan is a selection set of one type, collected once per request: the
 // fields in response order, each with its key ("alias":) already encoded.
 type selPlan struct {
@@ -178,19 +206,26 @@ type fieldPlan struct {
 }
 
 // plan collects sel for a type; sub says which fields have selections of
-// their own and of which type.
-func plan(op *graphql.OperationContext, sel ast.SelectionSet, types []string, sub func(name string) []string) *selPlan {
-	p := &selPlan{typeName: types[0]}
+// their own and of which type. ok is false when a field is not one the
+// fast path writes.
+func plan(op *graphql.OperationContext, sel ast.SelectionSet, types []string, sub func(name string) []string) (p *selPlan, ok bool) {
+	p = &selPlan{typeName: types[0]}
+	known := fastFields(types[0])
 	for _, c := range graphql.CollectFields(op, sel, types) {
+		if c.Name != "__typename" && !slices.Contains(known, c.Name) {
+			return nil, false
+		}
 		fp := fieldPlan{name: c.Name, key: append(appendGQLString(nil, c.Alias), ':')}
 		if sub != nil {
 			if t := sub(c.Name); t != nil {
-				fp.sub = plan(op, c.Selections, t, subTypes(t[0]))
+				if fp.sub, ok = plan(op, c.Selections, t, subTypes(t[0])); !ok {
+					return nil, false
+				}
 			}
 		}
 		p.fields = append(p.fields, fp)
 	}
-	return p
+	return p, true
 }
 
 // subTypes returns, for a type, the types of its object-valued fields.
@@ -228,8 +263,7 @@ func subTypes(typeName string) func(string) []string {
 }
 
 // writeConnection writes the selection of an ObjectConnection.
-func (s *service) writeConnection(w io.Writer, op *graphql.OperationContext, sel ast.SelectionSet, p *objectsPage) {
-	pl := plan(op, sel, connectionTypes(), subTypes("ObjectConnection"))
+func (s *service) writeConnection(w io.Writer, pl *selPlan, p *objectsPage) {
 	edges := p.edges()
 	buf := s.buffers.Get().(*[]byte)
 	defer s.buffers.Put(buf)

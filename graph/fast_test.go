@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/99designs/gqlgen/graphql"
+
+	"github.com/fleetgraph/fleetgraph/graph/generated"
 
 	"github.com/fleetgraph/fleetgraph/index"
 )
@@ -88,6 +91,27 @@ func TestAppendEscapedMatchesGqlgen(t *testing.T) {
 		graphql.MarshalString(s).MarshalGQL(&want)
 		if got := appendGQLString(nil, s); !bytes.Equal(got, want.Bytes()) {
 			t.Fatalf("%q: got %s, want %s", s, got, want.Bytes())
+		}
+	}
+}
+
+// TestFastFieldsCoverTheSchema fails when a type under Query.objects gains
+// a field that the fast path does not write (it would fall back to the
+// generated path for queries selecting it, correct but slow).
+func TestFastFieldsCoverTheSchema(t *testing.T) {
+	schema := generated.NewExecutableSchema(generated.Config{}).Schema()
+	for _, typ := range []string{"ObjectConnection", "PageInfo", "ObjectEdge", "Object", "Label", "OwnerReference"} {
+		var fields []string
+		for _, f := range schema.Types[typ].Fields {
+			if !strings.HasPrefix(f.Name, "__") {
+				fields = append(fields, f.Name)
+			}
+		}
+		got := fastFields(typ)
+		slices.Sort(fields)
+		slices.Sort(got)
+		if !slices.Equal(got, fields) {
+			t.Errorf("%s: the fast path writes %v, the schema has %v", typ, got, fields)
 		}
 	}
 }
