@@ -147,6 +147,13 @@ type writeReq struct {
 	done chan bool // true: applied; false: the receiver leads the next commit
 }
 
+// maxGroup bounds the changes one grouped commit applies, so that a reader
+// waits behind at most about a hundred microseconds of writes (one-row
+// Upserts of random rows cost 5–10 µs here, all cache misses): without it,
+// 100 writers woken together made one commit of 100 Upserts (about 750 µs),
+// and that wait was the p99 of queries under churn.
+const maxGroup = 16
+
 // writeGrouped applies fn, which has validated its input and cannot fail,
 // in a commit that may also apply other goroutines' changes (group
 // commit). Writers that arrive while a write or a query holds the lock
@@ -166,32 +173,37 @@ func (s *Store) writeGrouped(fn func(w *writeTxn)) {
 	if !lead && <-req.done {
 		return
 	}
+	var batch []*writeReq
+	defer func() {
+		// Release the writers whose changes this commit held (even if one
+		// panicked, so that none waits forever), then hand the lead to the
+		// first writer that queued meanwhile, so that no caller applies
+		// others' changes for long.
+		for _, r := range batch {
+			if r != req {
+				r.done <- true
+			}
+		}
+		s.queueMu.Lock()
+		if len(s.queue) > 0 {
+			s.queue[0].done <- false
+		} else {
+			s.leading = false
+		}
+		s.queueMu.Unlock()
+	}()
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.queueMu.Lock()
-	batch := s.queue
-	s.queue = nil
+	n := min(len(s.queue), maxGroup) // the leader's change is s.queue[0]
+	batch, s.queue = s.queue[:n:n], s.queue[n:]
 	s.queueMu.Unlock()
 	w := s.begin()
+	defer w.end()
 	for _, r := range batch {
 		r.fn(w)
 	}
 	w.commit()
-	w.end()
-	s.mu.Unlock()
-	for _, r := range batch {
-		if r != req {
-			r.done <- true
-		}
-	}
-	// Hand the lead to the first writer that queued meanwhile, so that
-	// no caller applies others' changes for long.
-	s.queueMu.Lock()
-	if len(s.queue) > 0 {
-		s.queue[0].done <- false
-	} else {
-		s.leading = false
-	}
-	s.queueMu.Unlock()
 }
 
 // begin starts a write; the write lock must be held.

@@ -298,7 +298,9 @@ func churnQ3(ctx context.Context, s *index.Store, fleet indextest.Fleet, q index
 			defer wg.Done()
 			const tick = time.Millisecond
 			perTick := float64(rate) / float64(writers) / 1000
-			credit, next := 0.0, time.Now()
+			// Stagger the writers, as independent watch streams are:
+			// started in step, they all fired on the same tick.
+			credit, next := float64(g)/float64(writers), time.Now()
 			for i := g; ctx.Err() == nil && i < len(updates); {
 				for credit += perTick; credit >= 1 && i < len(updates); credit-- {
 					if err := s.Upsert(ctx, updates[i]); err != nil {
