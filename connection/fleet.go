@@ -35,7 +35,7 @@ func Fleet(clusters []*index.Cluster) FleetStatus {
 	}
 	switch {
 	case s.ClustersTotal == 0:
-		s.Message = "No clusters configured"
+		s.Message = "No clusters"
 	case s.Rebuilding:
 		s.Message = fmt.Sprintf("Rebuilding indices... %d/%d clusters", s.ClustersSynced, s.ClustersTotal)
 	case s.ClustersSynced == s.ClustersTotal:

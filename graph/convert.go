@@ -2,13 +2,13 @@ package graph
 
 import (
 	"encoding/base64"
-	"fmt"
 	"maps"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/fleetgraph/fleetgraph/connection"
 	"github.com/fleetgraph/fleetgraph/graph/model"
 	"github.com/fleetgraph/fleetgraph/index"
 )
@@ -113,24 +113,11 @@ func toState(s index.ConnectionState) model.ConnectionState {
 }
 
 // fleetStatus summarizes the clusters a viewer can see: the rebuild
-// progress of seed 003 ("Rebuilding indices... 35/100 clusters").
+// progress of seed 003 ("Rebuilding indices... 35/100 clusters"), as
+// connection.Fleet computes it for the server's readiness too.
 func fleetStatus(clusters []*index.Cluster) *model.FleetStatus {
-	fs := &model.FleetStatus{ClustersTotal: len(clusters)}
-	for _, c := range clusters {
-		if c.Synced {
-			fs.ClustersSynced++
-		}
-	}
-	fs.Rebuilding = fs.ClustersSynced < fs.ClustersTotal
-	switch {
-	case fs.ClustersTotal == 0:
-		fs.Message = "No clusters"
-	case fs.Rebuilding:
-		fs.Message = fmt.Sprintf("Rebuilding indices... %d/%d clusters", fs.ClustersSynced, fs.ClustersTotal)
-	default:
-		fs.Message = fmt.Sprintf("All %d clusters synced", fs.ClustersTotal)
-	}
-	return fs
+	f := connection.Fleet(clusters)
+	return &model.FleetStatus{ClustersTotal: f.ClustersTotal, ClustersSynced: f.ClustersSynced, Rebuilding: f.Rebuilding, Message: f.Message}
 }
 
 func optString(s string) *string {

@@ -327,13 +327,18 @@ func TestFleetSubscription(t *testing.T) {
 			}
 		}
 	}
-	if m := next(); m != "Rebuilding indices... 2/3 clusters" {
+	if m := next(); m != "2/3 clusters synced (1 disconnected, showing last known state)" {
 		t.Errorf("first status %q", m)
 	}
 	north, _ := f.store.GetCluster(nil, "north")
 	n := *north
 	n.LastSeen = time.Now() // no change in the status: no event
 	must(t, f.store.UpsertCluster(context.Background(), n))
+	n.State = index.StateConnecting // reachable again, first sync under way
+	must(t, f.store.UpsertCluster(context.Background(), n))
+	if m := next(); m != "Rebuilding indices... 2/3 clusters" {
+		t.Errorf("while north syncs %q", m)
+	}
 	n.Synced, n.State = true, index.StateConnected
 	must(t, f.store.UpsertCluster(context.Background(), n))
 	if m := next(); m != "All 3 clusters synced" {
