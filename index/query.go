@@ -273,8 +273,10 @@ func (s *Store) Query(ctx context.Context, q Query) (*Page, error) {
 }
 
 // exactScanRatio is how many rows of an exact source collect scans in the
-// time walk visits one row (measured: about 4 ns against 150 ns).
-const exactScanRatio = 32
+// time walk visits one row (measured at 1M rows: about 30 ns, a cache miss
+// on the prefix array, against about 300 ns for merging the name order's
+// runs, loading the row and checking the filter).
+const exactScanRatio = 10
 
 // run returns the page rows, whether more follow, and the total.
 func (p *plan) run(o Order, after *sortKey, first int) ([]*objRow, bool, int) {
