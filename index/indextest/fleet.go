@@ -7,9 +7,7 @@
 package indextest
 
 import (
-	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/fleetgraph/fleetgraph/index"
@@ -45,11 +43,19 @@ func DefaultFleet() Fleet {
 func (f Fleet) Size() int { return f.Clusters * f.Namespaces * f.PerNamespace }
 
 // ClusterName returns the name of cluster c.
-func ClusterName(c int) string { return fmt.Sprintf("cluster-%03d", c) }
+func ClusterName(c int) string {
+	var buf [32]byte
+	return string(appendPadded(append(buf[:0], "cluster-"...), c, 3))
+}
 
 // NamespaceName returns the name of namespace n; every cluster has the
 // same namespace names, as fleets that deploy the same apps do.
-func NamespaceName(n int) string { return fmt.Sprintf("ns-%04d", n) }
+func NamespaceName(n int) string {
+	var buf [32]byte
+	return string(appendNamespace(buf[:0], n))
+}
+
+func appendNamespace(b []byte, n int) []byte { return appendPadded(append(b, "ns-"...), n, 4) }
 
 // Kinds lists the kinds of the fleet with their discovery data.
 var Kinds = []index.Kind{
@@ -134,11 +140,20 @@ func (f Fleet) Version(i, v int) index.Object {
 	r := rng{s: mix(f.Seed ^ uint64(i)*0x2545f4914f6cdd1d)}
 	r.next()
 	r.next()
-	name := fmt.Sprintf("%s-%d-%05x", strings.ToLower(k.Kind), r.skewed(2000), r.next()&0xfffff)
+	// Strings are built with append rather than fmt: the generator runs
+	// between the timed ingest batches, and its garbage would otherwise
+	// be collected inside them. Every string is still a fresh one, as a
+	// collector decoding objects produces.
+	var buf [256]byte
+	b := appendLower(buf[:0], k.Kind)
+	b = strconv.AppendInt(append(b, '-'), int64(r.skewed(2000)), 10)
+	b = appendHex(append(b, '-'), r.next()&0xfffff, 5)
+	name := string(b)
 	labels := make(map[string]string, 8)
-	labels["app"] = "v" + strconv.Itoa(r.skewed(labelValues))
+	labels["app"] = number('v', r.skewed(labelValues))
 	for want := 3 + r.intn(6); len(labels) < want; {
-		labels["k"+strconv.Itoa(r.skewed(labelKeys))] = "v" + strconv.Itoa(r.skewed(labelValues))
+		key := number('k', r.skewed(labelKeys))
+		labels[key] = number('v', r.skewed(labelValues))
 	}
 	vr := rng{s: mix(r.next() ^ uint64(v))}
 	status := index.StatusHealthy
@@ -156,8 +171,13 @@ func (f Fleet) Version(i, v int) index.Object {
 	if status == index.StatusHealthy {
 		msg = stockMessage(int(r.next()%stockMessages), msgLen)
 	} else {
-		msg = fmt.Sprintf("%s %s/%s: %s", status, NamespaceName(n), name, strings.Repeat("x", msgLen))
-		msg = msg[:min(len(msg), 200)]
+		b := append(append(buf[:0], status...), ' ')
+		b = append(append(appendNamespace(b, n), '/'), name...)
+		b = append(b, ": "...)
+		for range msgLen {
+			b = append(b, 'x')
+		}
+		msg = string(b[:min(len(b), 200)])
 	}
 	return index.Object{
 		Cluster:         ClusterName(c),
@@ -179,13 +199,69 @@ func (f Fleet) Version(i, v int) index.Object {
 // stockMessage returns a fresh copy of one of the stock messages, cut to
 // at most n bytes.
 func stockMessage(id, n int) string {
-	s := fmt.Sprintf("stock message %d: %s", id, strings.Repeat("ready and serving; ", 12))
-	n = min(n, len(s), 8+id*3)
-	return strings.Clone(s[:n])
+	var buf [256]byte
+	b := strconv.AppendInt(append(buf[:0], "stock message "...), int64(id), 10)
+	b = append(b, ": "...)
+	for range 12 {
+		b = append(b, "ready and serving; "...)
+	}
+	return string(b[:min(n, len(b), 8+id*3)])
+}
+
+// number returns prefix followed by n in decimal, a fresh string.
+func number(prefix byte, n int) string {
+	var buf [24]byte
+	return string(strconv.AppendInt(append(buf[:0], prefix), int64(n), 10))
+}
+
+// appendPadded appends n >= 0 in decimal, zero-padded to width digits
+// (%0*d).
+func appendPadded(b []byte, n, width int) []byte {
+	var tmp [20]byte
+	d := strconv.AppendInt(tmp[:0], int64(n), 10)
+	for range width - len(d) {
+		b = append(b, '0')
+	}
+	return append(b, d...)
+}
+
+// appendHex appends v in lower-case hex, zero-padded to width digits
+// (%0*x).
+func appendHex(b []byte, v uint64, width int) []byte {
+	const digits = "0123456789abcdef"
+	var tmp [16]byte
+	i := len(tmp)
+	for v != 0 || i == len(tmp) {
+		i--
+		tmp[i] = digits[v&15]
+		v >>= 4
+	}
+	for range width - (len(tmp) - i) {
+		b = append(b, '0')
+	}
+	return append(b, tmp[i:]...)
+}
+
+// appendLower appends s in lower case (ASCII).
+func appendLower(b []byte, s string) []byte {
+	for i := range len(s) {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b = append(b, c)
+	}
+	return b
 }
 
 func uid(a, b uint64) string {
-	return fmt.Sprintf("%08x-%04x-%04x-%04x-%012x", a>>32, (a>>16)&0xffff, a&0xffff, b>>48, b&0xffffffffffff)
+	var buf [40]byte
+	u := appendHex(buf[:0], a>>32, 8)
+	u = appendHex(append(u, '-'), (a>>16)&0xffff, 4)
+	u = appendHex(append(u, '-'), a&0xffff, 4)
+	u = appendHex(append(u, '-'), b>>48, 4)
+	u = appendHex(append(u, '-'), b&0xffffffffffff, 12)
+	return string(u)
 }
 
 // Each calls fn with consecutive batches of up to batch objects, reusing
