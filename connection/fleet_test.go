@@ -19,10 +19,18 @@ func TestFleet(t *testing.T) {
 		{"none", nil, false, "No clusters"},
 		{"first sync under way", []*index.Cluster{c(index.StateConnected, true), c(index.StateConnecting, false)}, true, "Rebuilding indices... 1/2 clusters"},
 		{"all synced", []*index.Cluster{c(index.StateConnected, true), c(index.StateDegraded, true)}, false, "All 2 clusters synced"},
-		{"synced, one lost since", []*index.Cluster{c(index.StateConnected, true), c(index.StateDisconnected, true)}, false,
-			"All 2 clusters synced (1 disconnected, showing last known state)"},
-		{"never reachable", []*index.Cluster{c(index.StateConnected, true), c(index.StateDisconnected, false)}, false,
-			"1/2 clusters synced (1 disconnected, showing last known state)"},
+		{
+			"synced, one lost since",
+			[]*index.Cluster{c(index.StateConnected, true), c(index.StateDisconnected, true)},
+			false,
+			"All 2 clusters synced (1 disconnected, showing last known state)",
+		},
+		{
+			"never reachable",
+			[]*index.Cluster{c(index.StateConnected, true), c(index.StateDisconnected, false)},
+			false,
+			"1/2 clusters synced (1 disconnected, showing last known state)",
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

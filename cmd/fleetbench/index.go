@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -86,9 +87,9 @@ func runIndex(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
-			return err
+		werr := pprof.Lookup("heap").WriteTo(f, 0)
+		if err := errors.Join(werr, f.Close()); err != nil {
+			return fmt.Errorf("heap profile: %w", err)
 		}
 	}
 	if *ingestOnly {
@@ -220,12 +221,13 @@ func startCPUProfile(path string) (stop func(), err error) {
 		return nil, err
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
+		return nil, errors.Join(err, f.Close())
 	}
 	return func() {
 		pprof.StopCPUProfile()
-		f.Close()
+		if err := f.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "fleetbench: CPU profile:", err)
+		}
 	}, nil
 }
 
