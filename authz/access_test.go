@@ -278,3 +278,56 @@ func TestAccessSetRandom(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterNamedGrantInIndex checks, with a real index, that a
+// ClusterRoleBinding to a rule with resourceNames on a namespaced resource
+// shows that name in every namespace, in queries as in Allows: both use the
+// one definition, index.ClusterAccess.Allows.
+func TestClusterNamedGrantInIndex(t *testing.T) {
+	ctx := context.Background()
+	const cluster = "c1"
+	s := index.New()
+	podKind := index.Kind{Version: "v1", Kind: "Pod", Resource: "pods", Namespaced: true}
+	var pods []index.Object
+	for _, ns := range []string{"ns1", "ns2", "ns3"} {
+		for _, name := range []string{"x", "y"} {
+			pods = append(pods, index.Object{Cluster: cluster, Namespace: ns, Version: "v1", Kind: "Pod", Resource: "pods", Name: name, Status: index.StatusHealthy})
+		}
+	}
+	if err := s.Replace(ctx, cluster, podKind, pods); err != nil {
+		t.Fatal(err)
+	}
+	rbac := func(kind, name string, p *index.Policy) {
+		t.Helper()
+		k := index.Kind{Group: index.RBACGroup, Version: "v1", Kind: kind}
+		row := index.Object{Cluster: cluster, Group: index.RBACGroup, Version: "v1", Kind: kind, Name: name, Status: index.StatusUnknown, Policy: p}
+		if err := s.Replace(ctx, cluster, k, []index.Object{row}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rbac(index.KindClusterRole, "get-x", &index.Policy{Rules: []index.PolicyRule{
+		{Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"pods"}, ResourceNames: []string{"x"}},
+	}})
+	rbac(index.KindClusterRoleBinding, "alice-get-x", &index.Policy{
+		RoleRef:  index.RoleRef{Kind: RoleRefClusterRole, Name: "get-x"},
+		Subjects: []index.Subject{{Kind: SubjectUser, Name: "alice"}},
+	})
+	a := NewAuthorizer(s, Options{})
+	id := NewIdentity(&user.DefaultInfo{Name: "alice"})
+	ca := a.ClusterAccess(cluster, id)
+	podsGR := index.GroupResource{Resource: "pods"}
+	if !Allows(ca, podsGR, "ns2", "x") || Allows(ca, podsGR, "ns2", "y") {
+		t.Fatalf("Allows: x should be visible in ns2, y not; access %+v", ca)
+	}
+	p, err := s.Query(ctx, index.Query{Access: a.Access(id, []string{cluster})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range p.Edges {
+		got = append(got, e.Object.Namespace+"/"+e.Object.Name)
+	}
+	if fmt.Sprint(got) != "[ns1/x ns2/x ns3/x]" || p.TotalCount != 3 {
+		t.Fatalf("query shows %v (total %d), want x in each namespace", got, p.TotalCount)
+	}
+}

@@ -15,11 +15,12 @@
 //     objects are visible under the visibility rule (get by name, or list in
 //     the namespace, or list cluster-wide). They are precomputed from a
 //     per-cluster compiled policy and cached by the cluster's RBAC revision,
-//     so a query never pays for the number of bindings a viewer has. One
-//     convention goes beyond index.ClusterAccess.Allows as written: a Named
-//     entry with an empty Namespace for a namespaced resource means that
-//     name in every namespace (what a ClusterRoleBinding to a rule with
-//     resourceNames grants); Allows in this package is the full definition.
+//     so a query never pays for the number of bindings a viewer has. A
+//     Named entry with an empty Namespace for a namespaced resource means
+//     that name in every namespace (what a ClusterRoleBinding to a rule
+//     with resourceNames grants); index.ClusterAccess.Allows, which Allows
+//     in this package calls, is the one definition the index's queries,
+//     counts, facets and subscriptions follow.
 //   - Identity mapping (Mapping): per-cluster username and group prefixes in
 //     the style of kube-apiserver's --oidc-username-prefix, plus the groups
 //     the Kubernetes authenticators add (system:authenticated and the

@@ -70,22 +70,12 @@ func (e *Evaluator) ObjectVisible(ctx context.Context, cluster string, u user.In
 }
 
 // Allows reports whether an access set makes the object visible. It is
-// (*index.ClusterAccess).Allows plus one rule that authz relies on: a Named
-// entry with an empty Namespace for a namespaced resource stands for that
-// name in every namespace. That is what a ClusterRoleBinding to a rule with
-// resourceNames grants (get pods/x in any namespace), and the access set
-// cannot list the namespaces because they are not RBAC rows.
-//
-// index.ClusterAccess.Allows must check the same entry for the index to
-// show such objects; until it does, it shows fewer objects than this, never
-// more.
+// (*index.ClusterAccess).Allows, the one definition of an access set, which
+// includes the convention authz relies on: a Named entry with an empty
+// Namespace for a namespaced resource stands for that name in every
+// namespace (what a ClusterRoleBinding to a rule with resourceNames
+// grants). It stays as a function for callers that check access sets
+// beside the evaluator, such as the differential tests.
 func Allows(ca *index.ClusterAccess, gr index.GroupResource, namespace, name string) bool {
-	if ca.Allows(gr, namespace, name) {
-		return true
-	}
-	if ca == nil || namespace == "" {
-		return false
-	}
-	_, ok := ca.Named[index.NamedObject{GroupResource: gr, Name: name}]
-	return ok
+	return ca.Allows(gr, namespace, name)
 }

@@ -23,7 +23,8 @@ type Access struct {
 }
 
 // ClusterAccess is what a viewer may see in one cluster. An object is
-// visible when any one of the fields allows it.
+// visible when any one of the fields allows it; Allows is the definition
+// that queries, counts, facets and Matcher all follow.
 type ClusterAccess struct {
 	// All means every object of the cluster is visible.
 	All bool
@@ -34,11 +35,16 @@ type ClusterAccess struct {
 	// may list in that namespace.
 	Namespaces map[string]map[GroupResource]struct{}
 	// Named lists single objects the viewer may get by name. For
-	// cluster-scoped objects Namespace is empty.
+	// cluster-scoped objects Namespace is empty. An entry with an empty
+	// Namespace also stands for that name of a namespaced resource in
+	// every namespace: it is what a ClusterRoleBinding to a rule with
+	// resourceNames grants (get pods/x in any namespace), and authz cannot
+	// list the namespaces instead because they are not RBAC rows.
 	Named map[NamedObject]struct{}
 }
 
-// NamedObject is one object that is visible by name only.
+// NamedObject is one object that is visible by name only; with an empty
+// Namespace, that name in any namespace (see ClusterAccess.Named).
 type NamedObject struct {
 	GroupResource
 	Namespace string
@@ -58,7 +64,11 @@ func (a *Access) Allows(cluster string, gr GroupResource, namespace, name string
 	return a.Clusters[cluster].Allows(gr, namespace, name)
 }
 
-// Allows reports whether the object is visible in this cluster.
+// Allows reports whether the object is visible in this cluster: the
+// cluster is All, or gr is listed Everywhere, or gr is listed in the
+// object's namespace, or the name is Named in the object's namespace or in
+// any namespace (Namespace ""). It is the one definition of an access set;
+// authz.Allows is this method.
 func (c *ClusterAccess) Allows(gr GroupResource, namespace, name string) bool {
 	if c == nil {
 		return false
@@ -74,6 +84,17 @@ func (c *ClusterAccess) Allows(gr GroupResource, namespace, name string) bool {
 			return true
 		}
 	}
-	_, ok := c.Named[NamedObject{GroupResource: gr, Namespace: namespace, Name: name}]
+	if len(c.Named) == 0 {
+		return false
+	}
+	no := NamedObject{GroupResource: gr, Namespace: namespace, Name: name}
+	if _, ok := c.Named[no]; ok {
+		return true
+	}
+	if namespace == "" {
+		return false
+	}
+	no.Namespace = "" // the name in any namespace
+	_, ok := c.Named[no]
 	return ok
 }

@@ -110,10 +110,15 @@ type kindDict struct {
 	infos map[Kind]*kindInfo
 	last  *kindInfo // the last interned kind: batches are mostly one kind
 	kids  map[groupKindName]uint32
-	// byKid and grOf are indexed by kid; grOf is the resource of the
-	// first version seen (a kind keeps its plural across versions).
-	byKid []groupKindName
-	grOf  []GroupResource
+	// byKid, grOf and namespaced are indexed by kid; grOf is the resource
+	// of the first version seen (a kind keeps its plural across versions),
+	// and namespaced is set once a row of the kind had a namespace.
+	byKid      []groupKindName
+	grOf       []GroupResource
+	namespaced []bool
+	// kidsOfGR inverts grOf, so that access checks by resource (named
+	// grants) find their kinds without scanning every kind.
+	kidsOfGR map[GroupResource][]uint32
 }
 
 // groupKindName is the (group, kind) pair that a kid stands for.
@@ -128,7 +133,7 @@ func (g groupKindName) String() string {
 }
 
 func newKindDict() *kindDict {
-	return &kindDict{infos: map[Kind]*kindInfo{}, kids: map[groupKindName]uint32{}}
+	return &kindDict{infos: map[Kind]*kindInfo{}, kids: map[groupKindName]uint32{}, kidsOfGR: map[GroupResource][]uint32{}}
 }
 
 // intern returns the shared kindInfo for k.
@@ -150,8 +155,12 @@ func (d *kindDict) intern(k Kind) *kindInfo {
 		kid = uint32(len(d.byKid))
 		d.kids[gk] = kid
 		d.byKid = append(d.byKid, gk)
-		d.grOf = append(d.grOf, GroupResource{Group: k.Group, Resource: k.Resource})
+		gr := GroupResource{Group: k.Group, Resource: k.Resource}
+		d.grOf = append(d.grOf, gr)
+		d.namespaced = append(d.namespaced, false)
+		d.kidsOfGR[gr] = append(d.kidsOfGR[gr], kid)
 	}
+	d.namespaced[kid] = d.namespaced[kid] || k.Namespaced
 	ki := &kindInfo{Kind: k, kid: kid, gr: GroupResource{Group: k.Group, Resource: k.Resource}}
 	d.infos[k] = ki
 	d.last = ki

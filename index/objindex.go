@@ -104,16 +104,8 @@ func (c *cells) add(key uint32, d int32) {
 			return
 		}
 	}
-	*c = append(s, cell{key: key, n: d})
-}
-
-// total returns the sum of counts.
-func (c cells) total() int {
-	n := 0
-	for _, e := range c {
-		n += int(e.n)
-	}
-	return n
+	s = append(s, cell{key: key, n: d})
+	*c = s
 }
 
 // maxRows is the size of the row id space, used to size bitmaps.

@@ -12,18 +12,32 @@ import (
 	"time"
 )
 
-var flux = Kind{Group: "kustomize.toolkit.fluxcd.io", Version: "v1", Kind: "Kustomization", Resource: "kustomizations", Namespaced: true}
+var (
+	flux      = Kind{Group: "kustomize.toolkit.fluxcd.io", Version: "v1", Kind: "Kustomization", Resource: "kustomizations", Namespaced: true}
+	nodeKind  = Kind{Version: "v1", Kind: "Node", Resource: "nodes"}
+	podsGR    = GroupResource{Resource: "pods"}
+	fluxGR    = GroupResource{Group: flux.Group, Resource: flux.Resource}
+	nodesGR   = GroupResource{Resource: "nodes"}
+	randomGRs = []GroupResource{podsGR, fluxGR, nodesGR}
+)
 
 // randomObject returns a random object of a small fleet, so that random
-// filters hit often.
+// filters hit often. A few are cluster-scoped Nodes.
 func randomObject(rnd *rand.Rand) Object {
 	k := podKind
-	if rnd.IntN(3) == 0 {
+	switch rnd.IntN(8) {
+	case 0, 1:
 		k = flux
+	case 2:
+		k = nodeKind
+	}
+	ns := fmt.Sprintf("ns%d", rnd.IntN(4))
+	if !k.Namespaced {
+		ns = ""
 	}
 	o := Object{
 		Cluster:   fmt.Sprintf("c%d", rnd.IntN(3)),
-		Namespace: fmt.Sprintf("ns%d", rnd.IntN(4)),
+		Namespace: ns,
 		Group:     k.Group, Version: k.Version, Kind: k.Kind, Resource: k.Resource,
 		Name:      fmt.Sprintf("obj-%02d", rnd.IntN(40)),
 		Status:    Statuses[rnd.IntN(len(Statuses))],
@@ -57,8 +71,8 @@ func randomFilter(rnd *rand.Rand) Filter {
 		f.Namespaces = pick(5, func(i int) string { return fmt.Sprintf("ns%d", i) })
 	}
 	if rnd.IntN(2) == 0 {
-		f.Kinds = pick(3, func(i int) string {
-			return []string{"Pod", "Kustomization.kustomize.toolkit.fluxcd.io", "pods"}[i]
+		f.Kinds = pick(4, func(i int) string {
+			return []string{"Pod", "Kustomization.kustomize.toolkit.fluxcd.io", "pods", "nodes"}[i]
 		})
 	}
 	if rnd.IntN(3) == 0 {
@@ -81,8 +95,7 @@ func randomAccess(rnd *rand.Rand) *Access {
 	if rnd.IntN(4) == 0 {
 		return &Access{All: true}
 	}
-	pods := GroupResource{Resource: "pods"}
-	ks := GroupResource{Group: flux.Group, Resource: flux.Resource}
+	pods, ks := podsGR, fluxGR
 	a := &Access{Clusters: map[string]*ClusterAccess{}}
 	for c := range 3 {
 		if rnd.IntN(3) == 0 {
@@ -102,12 +115,15 @@ func randomAccess(rnd *rand.Rand) *Access {
 			}
 			ca.Namespaces[fmt.Sprintf("ns%d", rnd.IntN(4))] = grs
 		}
-		for range rnd.IntN(4) {
-			gr := pods
-			if rnd.IntN(2) == 0 {
-				gr = ks
+		for range rnd.IntN(6) {
+			// Namespace "" is the name in any namespace (a
+			// ClusterRoleBinding with resourceNames), or a Node.
+			gr := randomGRs[rnd.IntN(len(randomGRs))]
+			ns := fmt.Sprintf("ns%d", rnd.IntN(4))
+			if gr == nodesGR || rnd.IntN(3) == 0 {
+				ns = ""
 			}
-			ca.Named[NamedObject{GroupResource: gr, Namespace: fmt.Sprintf("ns%d", rnd.IntN(4)), Name: fmt.Sprintf("obj-%02d", rnd.IntN(40))}] = struct{}{}
+			ca.Named[NamedObject{GroupResource: gr, Namespace: ns, Name: fmt.Sprintf("obj-%02d", rnd.IntN(40))}] = struct{}{}
 		}
 		a.Clusters[fmt.Sprintf("c%d", c)] = ca
 	}
@@ -116,12 +132,49 @@ func randomAccess(rnd *rand.Rand) *Access {
 
 // refMatch is the reference definition of a filter and access match:
 // Matcher works on whole Objects with labels.Selector and Access.Allows.
+// It also checks Access.Allows against refAllows.
 func refMatch(t testing.TB, f Filter, a *Access, o *Object) bool {
+	t.Helper()
 	m, err := NewMatcher(f, a)
 	if err != nil {
 		t.Fatal(err)
 	}
+	gr := GroupResource{Group: o.Group, Resource: o.Resource}
+	if got, want := a.Allows(o.Cluster, gr, o.Namespace, o.Name), refAllows(a, o.Cluster, gr, o.Namespace, o.Name); got != want {
+		t.Fatalf("Access.Allows(%s) = %v, reference %v; access %+v", o.Key(), got, want, a.Clusters[o.Cluster])
+	}
 	return m.Match(o)
+}
+
+// refAllows is the visibility rule written out plainly, apart from
+// Access.Allows: list everywhere, list in the object's namespace, or get by
+// name in its namespace or, through a Named entry without a namespace, in
+// any namespace.
+func refAllows(a *Access, cluster string, gr GroupResource, namespace, name string) bool {
+	if a.All {
+		return true
+	}
+	ca := a.Clusters[cluster]
+	if ca == nil {
+		return false
+	}
+	if ca.All {
+		return true
+	}
+	if _, ok := ca.Everywhere[gr]; ok {
+		return true
+	}
+	if grs, ok := ca.Namespaces[namespace]; ok && namespace != "" {
+		if _, ok := grs[gr]; ok {
+			return true
+		}
+	}
+	for no := range ca.Named {
+		if no.GroupResource == gr && no.Name == name && (no.Namespace == namespace || no.Namespace == "") {
+			return true
+		}
+	}
+	return false
 }
 
 // refCompare is the reference order: the field, then the key.

@@ -187,7 +187,7 @@ func (p *plan) accessSource(limit int) (source, bool) {
 					return source{}, false
 				}
 			}
-			est += len(ca.Named)
+			est += x.namedEstimate(agg, ca, limit-est)
 		}
 		if est >= limit {
 			return source{}, false
@@ -249,23 +249,69 @@ func (p *plan) eachInCluster(cid uint32, ca *ClusterAccess, fn func(*objRow) boo
 			return false
 		}
 	}
+	var key []byte
 	for no := range ca.Named {
 		if _, ok := ca.Everywhere[no.GroupResource]; ok {
 			continue
 		}
-		if _, ok := ca.Namespaces[no.Namespace][no.GroupResource]; ok && no.Namespace != "" {
-			continue
-		}
-		for kid, gr := range x.kinds.grOf {
-			if gr != no.GroupResource {
+		anyNS := no.Namespace == ""
+		if !anyNS {
+			if _, ok := ca.Namespaces[no.Namespace][no.GroupResource]; ok {
 				continue
 			}
+			if _, ok := ca.Named[NamedObject{GroupResource: no.GroupResource, Name: no.Name}]; ok {
+				continue // the any-namespace entry yields it
+			}
+		}
+		for _, kid := range x.kinds.kidsOfGR[no.GroupResource] {
 			gk := x.kinds.byKid[kid]
-			r := x.get(compoundKey(cluster, gk.Group, gk.Kind, no.Namespace, no.Name))
-			if r != nil && !fn(r) {
+			key = appendKey(key[:0], cluster, gk.Group, gk.Kind, no.Namespace, no.Name)
+			if r := x.lookup(key); r != nil && !fn(r) {
 				return false
+			}
+			if !anyNS || !x.kinds.namespaced[kid] {
+				continue
+			}
+			// The name in every namespace of the cluster, but those
+			// where the viewer lists the resource (yielded above).
+			for nsid := range agg.nss {
+				if nsid == 0 {
+					continue
+				}
+				ns := x.namespaces.str(nsid)
+				if _, ok := ca.Namespaces[ns][no.GroupResource]; ok {
+					continue
+				}
+				key = appendKey(key[:0], cluster, gk.Group, gk.Kind, ns, no.Name)
+				if r := x.lookup(key); r != nil && !fn(r) {
+					return false
+				}
 			}
 		}
 	}
 	return true
+}
+
+// namedEstimate bounds the rows the Named entries of ca yield in a
+// cluster: one per entry, or one per namespace of the cluster for an
+// any-namespace entry of a namespaced resource. It stops counting once it
+// reaches limit.
+func (x *objIndex) namedEstimate(agg *clusterAgg, ca *ClusterAccess, limit int) int {
+	n := 0
+	for no := range ca.Named {
+		n++
+		if no.Namespace != "" {
+			continue
+		}
+		for _, kid := range x.kinds.kidsOfGR[no.GroupResource] {
+			if x.kinds.namespaced[kid] {
+				n += len(agg.nss)
+				break
+			}
+		}
+		if n >= limit {
+			break
+		}
+	}
+	return n
 }
