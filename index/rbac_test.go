@@ -65,6 +65,10 @@ func TestPolicyRowsAndRevision(t *testing.T) {
 		{"replace to empty", func() error { return s.Replace(ctxb, "c1", roleKind, nil) }, true},
 	}
 	for _, st := range steps {
+		notifyRev, changed := s.PolicyRevisionNotify("c1")
+		if notifyRev != rev {
+			t.Errorf("%s: PolicyRevisionNotify = %d, PolicyRevision %d", st.name, notifyRev, rev)
+		}
 		mustNoErr(t, st.do())
 		now := s.PolicyRevision("c1")
 		// A new kind (Pod via Upsert) does not change the kinds set: only
@@ -75,10 +79,45 @@ func TestPolicyRowsAndRevision(t *testing.T) {
 		if (now != rev) != st.changes {
 			t.Errorf("%s: revision %d -> %d, want changed=%v", st.name, rev, now, st.changes)
 		}
+		select {
+		case <-changed:
+			if !st.changes {
+				t.Errorf("%s: PolicyRevisionNotify channel closed without a policy change", st.name)
+			}
+		default:
+			if st.changes {
+				t.Errorf("%s: PolicyRevisionNotify channel still open after a policy change", st.name)
+			}
+		}
 		rev = now
 	}
 	if _, ok := s.GetRole("c1", "ns", "r"); ok {
 		t.Error("Replace to empty kept the role")
+	}
+}
+
+// TestPolicyRevisionNotifyBeforeFirstChange checks the channel of a cluster
+// that has no policy revision yet: it closes at the first policy change.
+func TestPolicyRevisionNotifyBeforeFirstChange(t *testing.T) {
+	s, _ := newTestStore(t)
+	rev, changed := s.PolicyRevisionNotify("c1")
+	if rev != 0 || changed == nil {
+		t.Fatalf("PolicyRevisionNotify = %d, %v; want 0 and a channel", rev, changed)
+	}
+	mustNoErr(t, s.Upsert(ctxb, pod("c1", "ns", "p", StatusHealthy, nil)))
+	select {
+	case <-changed:
+		t.Fatal("closed by an object write")
+	default:
+	}
+	mustNoErr(t, s.Upsert(ctxb, policyRow(KindClusterRole, "", "cr", nil)))
+	select {
+	case <-changed:
+	default:
+		t.Fatal("not closed by the first policy change")
+	}
+	if rev, _ := s.PolicyRevisionNotify("c1"); rev == 0 || rev != s.PolicyRevision("c1") {
+		t.Fatalf("revision after the change = %d, PolicyRevision %d", rev, s.PolicyRevision("c1"))
 	}
 }
 

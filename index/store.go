@@ -316,14 +316,23 @@ func (s *Store) LastSeq() uint64 {
 // (tableKinds, ...) or revision scope (revisionObjects, revisionPolicy) in
 // one cluster; 0 when it never changed.
 func (s *Store) revision(ws memdb.WatchSet, scope, cluster string) uint64 {
+	rev, ch := s.revisionNotify(scope, cluster)
+	ws.Add(ch)
+	return rev
+}
+
+// revisionNotify is revision with the watch channel of the revision row
+// (or, while the row does not exist, of the radix node it would go under),
+// which memdb closes when the row changes. A channel of a missing row may
+// also close on a neighbour's change; callers read the revision again.
+func (s *Store) revisionNotify(scope, cluster string) (uint64, <-chan struct{}) {
 	txn := s.db.Txn(false)
 	ch, raw, err := txn.FirstWatch(tableRevisions, indexID, memKey(compoundKey(scope, cluster)))
 	must(err)
-	ws.Add(ch)
 	if raw == nil {
-		return 0
+		return 0, ch
 	}
-	return raw.(*revisionRow).Revision
+	return raw.(*revisionRow).Revision, ch
 }
 
 // ObjectsRevision returns the sequence number of the last object change in
