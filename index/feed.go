@@ -55,8 +55,10 @@ func (t EventType) String() string {
 }
 
 // Event is one change, in commit order. Events are shared by every
-// subscriber and immutable; Object materializes the object row once, on
-// first use, so that publishing costs nothing per subscriber.
+// subscriber and immutable; Object and Previous materialize their object
+// once, on first use, and share it, so that publishing costs nothing per
+// subscriber and a MODIFIED event costs two Objects however many
+// subscribers classify it.
 type Event struct {
 	// Seq is the global sequence number; a subscription resumes after it.
 	Seq  uint64
@@ -75,6 +77,7 @@ type Event struct {
 	row   *objRow // the new row, or the deleted one
 	prev  *objRow // the replaced row of EventModified
 	obj   atomic.Pointer[Object]
+	prevO atomic.Pointer[Object]
 }
 
 // Key returns the object's key for object events.
@@ -89,29 +92,34 @@ func (e *Event) Key() Key {
 // Object returns the object of an object event (for EventDeleted, its last
 // state) and nil for other events. The value is shared; do not mutate it.
 func (e *Event) Object() *Object {
-	if e.row == nil {
-		return nil
-	}
-	if o := e.obj.Load(); o != nil {
-		return o
-	}
-	e.store.mu.RLock()
-	o := e.store.x.object(e.row)
-	e.store.mu.RUnlock()
-	e.obj.Store(o)
-	return o
+	return e.materialize(e.row, &e.obj)
 }
 
 // Previous returns the state an EventModified replaced, nil otherwise.
 // Subscriptions with a filter use it to tell an object entering or leaving
-// their view (see Matcher.Classify).
+// their view (see Matcher.Classify), once per subscriber, so the value is
+// built once and shared like Object's; do not mutate it.
 func (e *Event) Previous() *Object {
-	if e.prev == nil {
+	return e.materialize(e.prev, &e.prevO)
+}
+
+// materialize returns the Object of r (nil for none), building it on the
+// first call and caching it in *cache. Concurrent first calls may each
+// build one; the first stored wins, so every caller sees the same value.
+func (e *Event) materialize(r *objRow, cache *atomic.Pointer[Object]) *Object {
+	if r == nil {
 		return nil
 	}
+	if o := cache.Load(); o != nil {
+		return o
+	}
 	e.store.mu.RLock()
-	defer e.store.mu.RUnlock()
-	return e.store.x.object(e.prev)
+	o := e.store.x.object(r)
+	e.store.mu.RUnlock()
+	if !cache.CompareAndSwap(nil, o) {
+		return cache.Load()
+	}
+	return o
 }
 
 // feed is the change feed: a ring of the most recent events and a wake

@@ -126,6 +126,44 @@ func TestMatcherClassify(t *testing.T) {
 	}
 }
 
+// TestEventObjectsShared checks that Object and Previous build their
+// Object once and hand every subscriber the same value, also when many
+// subscribers ask at once (the fan-out of a MODIFIED event).
+func TestEventObjectsShared(t *testing.T) {
+	s, _ := newTestStore(t)
+	p := pod("c", "ns", "a", StatusHealthy, map[string]string{"app": "x"})
+	mustNoErr(t, s.Upsert(ctxb, p))
+	p.Status = StatusUnhealthy
+	mustNoErr(t, s.Upsert(ctxb, p))
+	evs := drain(t, s, 0)
+	if len(evs) != 2 || evs[1].Type != EventModified {
+		t.Fatalf("events = %v", types(evs))
+	}
+	added, modified := evs[0], evs[1]
+	if added.Previous() != nil {
+		t.Error("ADDED has a previous state")
+	}
+	const subscribers = 8
+	var wg sync.WaitGroup
+	got := make([][2]*Object, subscribers)
+	for i := range subscribers {
+		wg.Go(func() { got[i] = [2]*Object{modified.Object(), modified.Previous()} })
+	}
+	wg.Wait()
+	now, before := got[0][0], got[0][1]
+	for i, g := range got {
+		if g[0] != now || g[1] != before {
+			t.Fatalf("subscriber %d got other Objects than subscriber 0", i)
+		}
+	}
+	if now.Status != StatusUnhealthy || before.Status != StatusHealthy || before.Labels["app"] != "x" {
+		t.Fatalf("Object = %+v, Previous = %+v", now, before)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = modified.Previous() }); n != 0 {
+		t.Errorf("Previous allocates %v times per call once built", n)
+	}
+}
+
 // TestGroupedWrites runs Upserts and Deletes from many goroutines while
 // queries hold the read lock, and checks that every change was applied and
 // published once, in sequence, with each call's events consecutive.
