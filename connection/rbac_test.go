@@ -34,6 +34,7 @@ func TestAuthzMatchesRealClusterRBAC(t *testing.T) {
 		{Name: "bob", Groups: []string{"team-b"}},
 		{Name: "carol"},
 		{Name: "dave"},
+		{Name: "frank"},
 		{Name: "erin", Groups: []string{"team-a", "auditors"}},
 	}
 	c := startClusters(t, testcluster.Options{Name: "rbac-real", Users: users})[0]
@@ -98,6 +99,14 @@ func TestAuthzMatchesRealClusterRBAC(t *testing.T) {
 		Rules:      []rbacv1.PolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}}},
 	}, metav1.CreateOptions{}))
 	roleBinding("ns-3", "team-a-all", "Role", "all", subject(rbacv1.GroupKind, "team-a", ""))
+	// frank: a ClusterRoleBinding to a rule with resourceNames on a
+	// namespaced resource: that name, in every namespace.
+	clusterRole("pod-1-everywhere", nil, nil, rbacv1.PolicyRule{Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"pods"}, ResourceNames: []string{"pod-1"}})
+	must(rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "frank-pod-1"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "pod-1-everywhere"},
+		Subjects:   []rbacv1.Subject{subject(rbacv1.UserKind, "frank", "")},
+	}, metav1.CreateOptions{}))
 	// A service account in ns-3, bound by name with the namespace
 	// defaulted, and through its namespace's group.
 	must(c.Client().CoreV1().ServiceAccounts("ns-3").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "robot"}}, metav1.CreateOptions{}))
