@@ -63,6 +63,10 @@ type Event struct {
 	// Seq is the global sequence number; a subscription resumes after it.
 	Seq  uint64
 	Type EventType
+	// pos is Seq minus the Seq of the first event of the event's commit,
+	// which the feed needs to keep commits whole; it sits in Type's
+	// padding, so it costs no memory.
+	pos uint32
 	// Cluster is the cluster the event is about.
 	Cluster string
 	// ClusterRow is the new cluster row (EventCluster) and PreviousCluster
@@ -125,19 +129,31 @@ func (e *Event) materialize(r *objRow, cache *atomic.Pointer[Object]) *Object {
 // feed is the change feed: a ring of the most recent events and a wake
 // channel closed on every publish.
 //
+// Retention: a commit is kept, whole, until capacity events have been
+// published after it. For one-event commits that is the last capacity
+// events, the ring's nominal size; a larger commit is never cut, so a
+// subscriber that was caught up before it can read all of it, however
+// large (the first Replace of a 100,000-pod kind, or RemoveCluster of a
+// big cluster, is one commit), and may then fall up to capacity events
+// behind its end. The ring therefore holds up to capacity-1 events plus
+// its oldest commit: it grows for a large commit and shrinks back once
+// capacity events have followed it (see publish), so memory stays about
+// capacity events in steady state.
+//
 // Slow-subscriber policy: publishing never waits for anybody. Subscribers
 // are only positions in the ring: publish appends and closes one channel
 // (O(1) however many subscribers), and each subscriber copies events out
-// when it runs. A subscriber that falls more than the ring's capacity
-// behind loses its place: its next read returns ErrResyncRequired and is
-// counted in FeedStats.Resyncs. Holding no per-subscriber buffers is what
-// keeps a subscriber to a few hundred bytes.
+// when it runs. A subscriber whose position is no longer retained loses
+// its place: its next read returns ErrResyncRequired and is counted in
+// FeedStats.Resyncs. Holding no per-subscriber buffers is what keeps a
+// subscriber to a few hundred bytes.
 type feed struct {
-	mu    sync.RWMutex
-	ring  []*Event
-	first uint64 // seq of the oldest retained event
-	next  uint64 // seq of the next event to publish
-	wake  chan struct{}
+	mu       sync.RWMutex
+	capacity uint64   // the replay buffer (WithReplayBuffer)
+	ring     []*Event // events first..next-1 at Seq % len(ring); nil elsewhere
+	first    uint64   // seq of the oldest retained event, the first of its commit
+	next     uint64   // seq of the next event to publish
+	wake     chan struct{}
 
 	published atomic.Uint64
 	resyncs   atomic.Uint64
@@ -145,28 +161,71 @@ type feed struct {
 }
 
 func newFeed(_ *Store, capacity int) *feed {
-	return &feed{ring: make([]*Event, capacity), first: 1, next: 1, wake: make(chan struct{})}
+	return &feed{capacity: uint64(capacity), ring: make([]*Event, capacity), first: 1, next: 1, wake: make(chan struct{})}
 }
 
-// publish appends events, whose Seq values continue the feed, and wakes
-// every waiting subscriber. It never blocks on subscribers.
+// publish appends one commit's events, whose Seq values continue the feed,
+// drops the commits that capacity events now follow, and wakes every
+// waiting subscriber. It never blocks on subscribers.
 func (f *feed) publish(events []*Event) {
 	if len(events) == 0 {
 		return
 	}
+	start := events[0].Seq
+	for i, ev := range events {
+		ev.pos = uint32(i)
+	}
 	f.mu.Lock()
+	next := events[len(events)-1].Seq + 1
+	first := f.first
+	if next-first > f.capacity {
+		// Keep the commit that holds the oldest of the last capacity
+		// events, whole, and everything after it.
+		if c := next - f.capacity; c >= start {
+			first = start
+		} else {
+			ev := f.ring[c%uint64(len(f.ring))]
+			first = ev.Seq - uint64(ev.pos)
+		}
+	}
+	for seq := f.first; seq < first && seq < f.next; seq++ {
+		f.ring[seq%uint64(len(f.ring))] = nil // let dropped events go
+	}
+	f.first = first
+	f.resize(next - first)
 	n := uint64(len(f.ring))
 	for _, ev := range events {
 		f.ring[ev.Seq%n] = ev
 	}
-	f.next = events[len(events)-1].Seq + 1
-	if f.next-f.first > n {
-		f.first = f.next - n
-	}
+	f.next = next
 	close(f.wake)
 	f.wake = make(chan struct{})
 	f.mu.Unlock()
 	f.published.Add(uint64(len(events)))
+}
+
+// resize makes the ring hold need events, the retained ones (first to
+// f.next-1) and the commit being published: it grows by at least a quarter
+// when they do not fit, and shrinks back towards capacity once they take
+// less than half of it, so that a large commit costs memory only while it
+// is retained and a run of commits around the threshold does not resize
+// every time. It runs with f.mu held.
+func (f *feed) resize(need uint64) {
+	n := uint64(len(f.ring))
+	var size uint64
+	switch {
+	case need > n:
+		size = max(need, n+n/4)
+	case n > f.capacity && need < n/2:
+		size = max(f.capacity, need+need/4)
+	default:
+		return
+	}
+	ring := make([]*Event, size)
+	for seq := f.first; seq < f.next; seq++ {
+		ring[seq%size] = f.ring[seq%n]
+	}
+	f.ring = ring
 }
 
 // FeedStats are counters of the change feed, for metrics.
@@ -178,7 +237,8 @@ type FeedStats struct {
 	Resyncs uint64
 	// Subscribers is the number of open subscriptions.
 	Subscribers int64
-	// Oldest and Last are the retained sequence numbers range.
+	// Oldest and Last are the retained sequence numbers range. It spans
+	// more than the replay buffer while a larger commit is retained.
 	Oldest, Last uint64
 }
 

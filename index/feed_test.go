@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -235,5 +236,214 @@ func TestGroupedWrites(t *testing.T) {
 	mustNoErr(t, err)
 	if p.TotalCount != writers*perWriter*2-writers*perWriter/5 {
 		t.Fatalf("%d objects stored", p.TotalCount)
+	}
+}
+
+// pods returns n pods of one namespace, named from prefix.
+func pods(cluster, prefix string, n int) []Object {
+	rows := make([]Object, n)
+	for i := range rows {
+		rows[i] = pod(cluster, "ns", fmt.Sprintf("%s-%06d", prefix, i), StatusHealthy, nil)
+	}
+	return rows
+}
+
+// readAll reads sub up to the store's last event, failing on any error.
+func readAll(t *testing.T, s *Store, sub *Subscription) []*Event {
+	t.Helper()
+	var out []*Event
+	buf := make([]*Event, 0, 4096)
+	for sub.Position() < s.LastSeq() {
+		ctx, cancel := context.WithTimeout(ctxb, 5*time.Second)
+		evs, err := sub.Next(ctx, buf[:0])
+		cancel()
+		mustNoErr(t, err)
+		out = append(out, evs...)
+	}
+	return out
+}
+
+// TestFeedLargeCommitReadWhole is a big cluster's first sync: one Replace
+// of 100,000 pods, more events than the replay buffer, with churn after
+// it. Subscribers that were caught up before it read all of it without a
+// resync, and so does one that resumes from before it; so does the one
+// commit of removing that cluster.
+func TestFeedLargeCommitReadWhole(t *testing.T) {
+	const n = 100_000
+	s, _ := newTestStore(t) // DefaultReplayBuffer
+	if n <= DefaultReplayBuffer {
+		t.Fatal("the commit must be larger than the replay buffer")
+	}
+	mustNoErr(t, s.Upsert(ctxb, pod("c1", "ns", "before", StatusHealthy, nil)))
+	before := s.LastSeq()
+	sub, err := s.Subscribe(before)
+	mustNoErr(t, err)
+	defer sub.Close()
+
+	mustNoErr(t, s.Replace(ctxb, "c1", podKind, pods("c1", "p", n)))
+	for i := range 10 { // churn after the big commit
+		mustNoErr(t, s.Upsert(ctxb, pod("c2", "ns", fmt.Sprint("after-", i), StatusHealthy, nil)))
+	}
+	if st := s.FeedStats(); st.Oldest > before+1 || st.Resyncs != 0 {
+		t.Fatalf("stats = %+v: the large commit is not retained from %d", st, before+1)
+	}
+	resumed, err := s.Subscribe(before)
+	mustNoErr(t, err)
+	defer resumed.Close()
+	for name, sub := range map[string]*Subscription{"caught up": sub, "resumed": resumed} {
+		evs := readAll(t, s, sub)
+		added, deleted := 0, 0
+		for i, e := range evs {
+			if e.Seq != before+1+uint64(i) {
+				t.Fatalf("%s: event %d has seq %d, want %d", name, i, e.Seq, before+1+uint64(i))
+			}
+			switch {
+			case e.Type == EventAdded && e.Cluster == "c1":
+				added++
+			case e.Type == EventDeleted:
+				deleted++ // "before", which the Replace does not list
+			}
+		}
+		if added != n || deleted != 1 {
+			t.Errorf("%s: read %d ADDED and %d DELETED events of the Replace, want %d and 1", name, added, deleted, n)
+		}
+	}
+	// Removing the big cluster is one commit of as many deletions.
+	mustNoErr(t, s.RemoveCluster(ctxb, "c1"))
+	deleted := 0
+	for _, e := range readAll(t, s, sub) {
+		if e.Type == EventDeleted {
+			deleted++
+		}
+	}
+	if deleted != n {
+		t.Errorf("read %d DELETED events of RemoveCluster, want %d", deleted, n)
+	}
+	if st := s.FeedStats(); st.Resyncs != 0 {
+		t.Errorf("resyncs = %d", st.Resyncs)
+	}
+}
+
+// TestFeedRetention checks which positions stay readable: a commit is kept
+// whole until the replay buffer's worth of events followed it, so a
+// subscriber keeps its place inside a large commit for that long, and
+// memory returns to the buffer's size afterwards (the slow-subscriber
+// policy still ends a subscriber that far behind).
+func TestFeedRetention(t *testing.T) {
+	const capacity = 100
+	tests := []struct {
+		name       string
+		big        int // events of the large commit
+		after      int // one-event commits after it
+		read       int // events of the large commit the subscriber read first
+		wantResync bool
+	}{
+		{"small commit, then a buffer's worth minus one", 10, capacity - 1, 0, false},
+		{"small commit, then a buffer's worth", 10, capacity, 0, true},
+		{"large commit alone", 5 * capacity, 0, 0, false},
+		{"large commit, then a buffer's worth minus one", 5 * capacity, capacity - 1, 0, false},
+		{"large commit, half read, then a buffer's worth minus one", 5 * capacity, capacity - 1, 250, false},
+		{"large commit, then a buffer's worth", 5 * capacity, capacity, 0, true},
+		{"large commit, half read, then a buffer's worth", 5 * capacity, capacity, 250, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := newTestStore(t, WithReplayBuffer(capacity))
+			for i := range 3 * capacity { // history to fall out of
+				mustNoErr(t, s.Upsert(ctxb, pod("c0", "ns", fmt.Sprint(i), StatusHealthy, nil)))
+			}
+			sub, err := s.Subscribe(s.LastSeq())
+			mustNoErr(t, err)
+			defer sub.Close()
+			mustNoErr(t, s.UpsertBatch(ctxb, pods("c1", "big", tt.big)))
+			if tt.read > 0 {
+				evs, err := sub.Next(ctxb, make([]*Event, 0, tt.read))
+				mustNoErr(t, err)
+				if len(evs) != tt.read {
+					t.Fatalf("read %d events, want %d", len(evs), tt.read)
+				}
+			}
+			for i := range tt.after {
+				mustNoErr(t, s.Upsert(ctxb, pod("c2", "ns", fmt.Sprint(i), StatusHealthy, nil)))
+			}
+			_, err = sub.Next(ctxb, nil)
+			if got := errors.Is(err, ErrResyncRequired); got != tt.wantResync {
+				t.Fatalf("Next = %v, want resync %v", err, tt.wantResync)
+			}
+			// Memory: at most the buffer's worth of events after the
+			// oldest commit, plus that commit.
+			st := s.FeedStats()
+			oldest := tt.big
+			if tt.wantResync {
+				oldest = 1
+			}
+			if retained := int(st.Last - st.Oldest + 1); retained > capacity-1+oldest {
+				t.Errorf("retained %d events (%d..%d), want at most %d", retained, st.Oldest, st.Last, capacity-1+oldest)
+			}
+			s.feed.mu.RLock()
+			size := len(s.feed.ring)
+			s.feed.mu.RUnlock()
+			if tt.wantResync && size > capacity+capacity/4 {
+				t.Errorf("the ring still has %d slots after the large commit was dropped", size)
+			}
+		})
+	}
+}
+
+// TestFeedRandomCommits publishes commits of random sizes, some larger
+// than the buffer, while subscribers with different buffer sizes read at
+// different paces, and checks that each reads consecutive events until the
+// feed drops its position, and resumes from any retained position.
+func TestFeedRandomCommits(t *testing.T) {
+	const capacity = 50
+	rnd := rand.New(rand.NewPCG(1, 2))
+	s, _ := newTestStore(t, WithReplayBuffer(capacity))
+	type reader struct {
+		sub  *Subscription
+		size int
+	}
+	var readers []*reader
+	for _, size := range []int{1, 7, 64, 300} {
+		sub, err := s.Subscribe(0)
+		mustNoErr(t, err)
+		readers = append(readers, &reader{sub, size})
+	}
+	defer func() {
+		for _, r := range readers {
+			r.sub.Close()
+		}
+	}()
+	name := 0
+	for range 300 {
+		rows := pods("c", fmt.Sprint("r", name), 1+rnd.IntN([]int{5, 40, 3 * capacity}[rnd.IntN(3)]))
+		name++
+		mustNoErr(t, s.UpsertBatch(ctxb, rows))
+		for _, r := range readers {
+			if rnd.IntN(3) == 0 {
+				continue // this reader falls behind for a while
+			}
+			from := r.sub.Position()
+			evs, err := r.sub.Next(ctxb, make([]*Event, 0, r.size))
+			if errors.Is(err, ErrResyncRequired) {
+				st := s.FeedStats()
+				if from+1 >= st.Oldest {
+					t.Fatalf("resync at %d with %d..%d retained", from, st.Oldest, st.Last)
+				}
+				r.sub.Close()
+				// Resume from a random retained position.
+				r.sub, err = s.Subscribe(st.Oldest - 1 + uint64(rnd.IntN(int(st.Last-st.Oldest+2))))
+				mustNoErr(t, err)
+				continue
+			}
+			mustNoErr(t, err)
+			for i, e := range evs {
+				if e.Seq != from+1+uint64(i) {
+					t.Fatalf("reader %d: event %d has seq %d, want %d", r.size, i, e.Seq, from+1+uint64(i))
+				}
+			}
+		}
+	}
+	if st := s.FeedStats(); st.Resyncs == 0 {
+		t.Error("no reader fell behind: the test does not exercise the policy")
 	}
 }

@@ -63,7 +63,8 @@ type options struct {
 // DefaultReplayBuffer is the number of change events kept for resuming
 // subscriptions when WithReplayBuffer is not given: about a minute of heavy
 // churn (tens of thousands of changes per second would need more) for a few
-// MiB of memory.
+// MiB of memory. A larger commit is kept whole for a while (see
+// WithReplayBuffer), so it does not bound the size of a commit.
 const DefaultReplayBuffer = 1 << 16
 
 // WithClock sets the clock used for UpdatedAt and error times, so tests
@@ -73,8 +74,11 @@ func WithClock(now func() time.Time) Option {
 }
 
 // WithReplayBuffer sets how many change events the feed keeps for
-// subscribers that resume from an older sequence number. Subscribers further
-// behind must resync.
+// subscribers that resume from an older sequence number. The feed keeps
+// whole commits: each until n events have been published after it, so a
+// commit larger than n (a big cluster's first Replace) stays readable by
+// subscribers that were caught up before it, and memory exceeds n events
+// only while such a commit is kept. Subscribers further behind must resync.
 func WithReplayBuffer(n int) Option {
 	return func(o *options) { o.replayBuffer = n }
 }
@@ -256,8 +260,8 @@ func (w *writeTxn) emit(ev *Event) {
 }
 
 // maxEventSlab bounds the events allocated at once for a write. A slab
-// stays alive while any of its events is in the feed's ring or a
-// subscriber's hands, so slabs are kept well below the ring's size.
+// stays alive while any of its events is in the feed or a subscriber's
+// hands, so slabs are kept well below the feed's size.
 const maxEventSlab = 256
 
 // objectEvent emits an object change event. Bulk writes produce one event
