@@ -1,5 +1,7 @@
 package index
 
+import "sync/atomic"
+
 // GroupResource names a resource the way RBAC rules do: API group plus
 // plural resource name.
 type GroupResource struct {
@@ -41,6 +43,11 @@ type ClusterAccess struct {
 	// resourceNames grants (get pods/x in any namespace), and authz cannot
 	// list the namespaces instead because they are not RBAC rows.
 	Named map[NamedObject]struct{}
+
+	// ids is this access set resolved against the index it was last
+	// queried on (see accessIDs). It is derived state: the exported fields
+	// stay the definition, and are never changed.
+	ids atomic.Pointer[accessIDs]
 }
 
 // NamedObject is one object that is visible by name only; with an empty
@@ -84,6 +91,11 @@ func (c *ClusterAccess) Allows(gr GroupResource, namespace, name string) bool {
 			return true
 		}
 	}
+	return c.allowsNamed(gr, namespace, name)
+}
+
+// allowsNamed is the Named part of Allows.
+func (c *ClusterAccess) allowsNamed(gr GroupResource, namespace, name string) bool {
 	if len(c.Named) == 0 {
 		return false
 	}

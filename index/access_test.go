@@ -2,6 +2,7 @@ package index
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 )
@@ -131,4 +132,83 @@ func TestAnyNamespaceNamedInQueries(t *testing.T) {
 		}
 		checkFacets(t, s, f, acc, wantF)
 	}
+}
+
+// TestAccessReusedAsTheIndexGrows queries with the same Access values while
+// namespaces and kinds they name appear in the index: a query resolves an
+// access set against the index's dictionaries once and keeps the result on
+// it (accessIDs), so that result must notice a namespace or kind that had
+// no id when it was built. Resource sets are shared between namespaces, as
+// authz shares them.
+func TestAccessReusedAsTheIndexGrows(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(3, 9))
+	s, _ := newTestStore(t)
+	hr := Kind{Group: "helm.toolkit.fluxcd.io", Version: "v2", Kind: "HelmRelease", Resource: "helmreleases", Namespaced: true}
+	hrGR := GroupResource{Group: hr.Group, Resource: hr.Resource}
+	grSets := []map[GroupResource]struct{}{
+		{podsGR: {}}, {podsGR: {}, hrGR: {}}, {fluxGR: {}, hrGR: {}},
+	}
+	var accesses []*Access
+	for range 40 {
+		a := &Access{Clusters: map[string]*ClusterAccess{}}
+		for c := range 2 {
+			ca := &ClusterAccess{Everywhere: map[GroupResource]struct{}{}, Namespaces: map[string]map[GroupResource]struct{}{}}
+			if rnd.IntN(3) == 0 {
+				ca.Everywhere[[]GroupResource{hrGR, nodesGR, fluxGR}[rnd.IntN(3)]] = struct{}{}
+			}
+			for range 1 + rnd.IntN(4) {
+				ca.Namespaces[fmt.Sprintf("ns%d", rnd.IntN(6))] = grSets[rnd.IntN(len(grSets))]
+			}
+			if rnd.IntN(4) == 0 {
+				ca.Named = map[NamedObject]struct{}{{GroupResource: hrGR, Name: fmt.Sprintf("o%d", rnd.IntN(5))}: {}}
+			}
+			a.Clusters[fmt.Sprintf("c%d", c)] = ca
+		}
+		accesses = append(accesses, a)
+	}
+	model := map[Key]Object{}
+	add := func(k Kind, namespaces int) {
+		for range 60 {
+			ns := fmt.Sprintf("ns%d", rnd.IntN(namespaces))
+			if !k.Namespaced {
+				ns = ""
+			}
+			o := Object{
+				Cluster: fmt.Sprintf("c%d", rnd.IntN(2)), Namespace: ns, Name: fmt.Sprintf("o%d", rnd.IntN(5)),
+				Group: k.Group, Version: k.Version, Kind: k.Kind, Resource: k.Resource, Status: StatusHealthy,
+			}
+			mustNoErr(t, s.Upsert(ctxb, o))
+			model[o.Key()] = o
+		}
+	}
+	check := func(phase string) {
+		t.Helper()
+		for i, a := range accesses {
+			want := map[Key]bool{}
+			for k, o := range model {
+				if refAllows(a, o.Cluster, GroupResource{Group: o.Group, Resource: o.Resource}, o.Namespace, o.Name) {
+					want[k] = true
+				}
+			}
+			p, err := s.Query(ctxb, Query{Access: a, First: MaxPageSize})
+			mustNoErr(t, err)
+			if p.TotalCount != len(want) || len(p.Edges) != len(want) {
+				t.Fatalf("%s: access %d: %d rows (total %d), want %d", phase, i, len(p.Edges), p.TotalCount, len(want))
+			}
+			for _, e := range p.Edges {
+				if !want[e.Object.Key()] {
+					t.Fatalf("%s: access %d shows %s, which it may not see", phase, i, e.Object.Key())
+				}
+			}
+		}
+	}
+	add(podKind, 2) // ns0 and ns1 only; no Kustomizations, HelmReleases or Nodes
+	check("pods in two namespaces")
+	add(podKind, 6) // namespaces the access sets named without ids so far
+	check("pods in six namespaces")
+	add(flux, 6)
+	add(nodeKind, 1)
+	check("Kustomizations and Nodes")
+	add(hr, 6) // a kind the access sets named before it existed
+	check("HelmReleases")
 }

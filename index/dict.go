@@ -103,6 +103,9 @@ type kindInfo struct {
 	// of the kind filter, the kind facet and the count cells.
 	kid uint32
 	gr  GroupResource
+	// seq numbers kindInfos densely in the order they were interned; it
+	// indexes the kind sets of resolved access sets (accessIDs).
+	seq uint32
 }
 
 // kindDict interns kindInfo values and (group, kind) ids.
@@ -161,7 +164,7 @@ func (d *kindDict) intern(k Kind) *kindInfo {
 		d.kidsOfGR[gr] = append(d.kidsOfGR[gr], kid)
 	}
 	d.namespaced[kid] = d.namespaced[kid] || k.Namespaced
-	ki := &kindInfo{Kind: k, kid: kid, gr: GroupResource{Group: k.Group, Resource: k.Resource}}
+	ki := &kindInfo{Kind: k, kid: kid, gr: GroupResource{Group: k.Group, Resource: k.Resource}, seq: uint32(len(d.infos))}
 	d.infos[k] = ki
 	d.last = ki
 	return ki

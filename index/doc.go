@@ -9,7 +9,11 @@
 //
 // The package answers list, filter, paginate and facet queries with an
 // access hook (Access) computed by authz, and publishes a change feed with a
-// global sequence number that subscriptions resume from.
+// global sequence number that subscriptions resume from. Access sets are
+// applied before pagination and counting; a query resolves each
+// ClusterAccess against the index's dictionaries once (namespace ids,
+// kind bitsets) and keeps that on it for later queries, so checking a row
+// costs one small map probe (see accessIDs).
 //
 // Store is the implementation. Object rows live in purpose-built
 // structures (a row table, posting lists of small row ids, name-ordered

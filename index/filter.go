@@ -49,6 +49,7 @@ type plan struct {
 	access    *Access
 	accessAll bool
 	caByCID   []*ClusterAccess // resolved lazily
+	idsByCID  []*accessIDs     // caByCID[cid] resolved against x (nil if it is)
 	caDone    []bool
 }
 
@@ -271,15 +272,25 @@ func (p *plan) clusterAccess(cid uint32) *ClusterAccess {
 	if p.access == nil {
 		return nil
 	}
+	p.resolveCluster(cid)
+	return p.caByCID[cid]
+}
+
+// resolveCluster fills caByCID[cid] and idsByCID[cid] on first use.
+func (p *plan) resolveCluster(cid uint32) {
 	for int(cid) >= len(p.caByCID) {
 		p.caByCID = append(p.caByCID, nil)
+		p.idsByCID = append(p.idsByCID, nil)
 		p.caDone = append(p.caDone, false)
 	}
 	if !p.caDone[cid] {
-		p.caByCID[cid] = p.access.Clusters[p.x.clusters.str(cid)]
+		ca := p.access.Clusters[p.x.clusters.str(cid)]
+		p.caByCID[cid] = ca
+		if ca != nil {
+			p.idsByCID[cid] = p.x.resolveAccess(ca)
+		}
 		p.caDone[cid] = true
 	}
-	return p.caByCID[cid]
 }
 
 // visible applies the access check; it agrees with Access.Allows.
@@ -287,5 +298,10 @@ func (p *plan) visible(r *objRow) bool {
 	if p.accessAll {
 		return true
 	}
-	return p.clusterAccess(r.cid).Allows(r.kind.gr, p.x.namespaces.str(r.nsid), r.name())
+	if p.access == nil {
+		return false
+	}
+	p.resolveCluster(r.cid)
+	ids := p.idsByCID[r.cid]
+	return ids != nil && ids.allows(p.caByCID[r.cid], r)
 }
