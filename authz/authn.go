@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"k8s.io/apiserver/pkg/authentication/user"
 )
@@ -64,6 +65,32 @@ func CredentialsFromRequest(r *http.Request) Credentials {
 type Authenticator interface {
 	Authenticate(ctx context.Context, c Credentials) (user.Info, error)
 }
+
+// Expiring is implemented by the user.Info of credentials that stop being
+// valid at a known time, as an OIDC ID token does at its "exp" claim. A
+// request is authenticated once, but a websocket lives on: its server must
+// end it by ExpiresAt, or it would keep streaming to a caller whose
+// credentials the server would now refuse.
+type Expiring interface {
+	ExpiresAt() time.Time
+}
+
+// ExpiresAt returns when the credentials u was authenticated with expire,
+// and false when they do not (static tokens, request-header users).
+func ExpiresAt(u user.Info) (time.Time, bool) {
+	if e, ok := u.(Expiring); ok && !e.ExpiresAt().IsZero() {
+		return e.ExpiresAt(), true
+	}
+	return time.Time{}, false
+}
+
+// expiringUser is a user whose credentials expire.
+type expiringUser struct {
+	*user.DefaultInfo
+	expires time.Time
+}
+
+func (u *expiringUser) ExpiresAt() time.Time { return u.expires }
 
 // Union tries authenticators in order and returns the first identity. It is
 // the one Authenticator the server needs.

@@ -173,6 +173,10 @@ func TestOIDC(t *testing.T) {
 		if u.GetName() != "alice@example.com" || !slices.Equal(u.GetGroups(), []string{"devs", "ops"}) || u.GetUID() != "u-1" {
 			t.Errorf("got %q %q %q", u.GetName(), u.GetGroups(), u.GetUID())
 		}
+		// The token's exp is when long-lived connections must end.
+		if exp, ok := ExpiresAt(u); !ok || exp.Unix() != now.Add(time.Hour).Unix() {
+			t.Errorf("ExpiresAt = %v, %v; want the token's exp %v", exp, ok, now.Add(time.Hour))
+		}
 	})
 	t.Run("single group string", func(t *testing.T) {
 		u, err := a.Authenticate(ctx, Credentials{Token: iss.token(t, iss.key, claims(func(c map[string]any) { c["groups"] = "devs" }))})

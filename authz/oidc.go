@@ -125,7 +125,7 @@ func (o *OIDC) Authenticate(ctx context.Context, c Credentials) (user.Info, erro
 			u.Groups = groups
 		}
 	}
-	return u, nil
+	return &expiringUser{DefaultInfo: u, expires: tok.Expiry}, nil
 }
 
 // stringOrList decodes a claim that is a string or a list of strings.

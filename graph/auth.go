@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -22,6 +23,9 @@ import (
 type viewer struct {
 	id    *authz.Identity
 	admin bool // member of Options.AdminGroups: sees everything
+	// expires is when the credentials expire (authz.Expiring); zero if
+	// they do not. A websocket closes then.
+	expires time.Time
 }
 
 // Context keys. Each is its own unexported type, so no other package can
@@ -51,6 +55,7 @@ func viewerFrom(ctx context.Context) (*viewer, error) {
 type upgrade struct {
 	header http.Header
 	tls    *tls.ConnectionState
+	conn   *wsConn // set by wsAcceptor.Accept
 }
 
 func withUpgrade(ctx context.Context, r *http.Request) context.Context {
@@ -112,6 +117,7 @@ func (s *service) clusterVisible(v *viewer, cluster string) bool {
 // newViewer wraps an authenticated user.
 func (s *service) newViewer(u user.Info) *viewer {
 	v := &viewer{id: authz.NewIdentity(u)}
+	v.expires, _ = authz.ExpiresAt(u)
 	for _, g := range u.GetGroups() {
 		if slices.Contains(s.adminGroups, g) {
 			v.admin = true
@@ -170,13 +176,14 @@ func authMessage(err error) string {
 const (
 	closeBadRequest       = 4400 // malformed or unknown message
 	closeUnauthorized     = 4401 // subscribe before connection_init
-	closeForbidden        = 4403 // connection_init rejected
+	closeForbidden        = 4403 // connection_init rejected, or its credentials expired
 	closeInitTimeout      = 4408 // no connection_init in time
 	closeDuplicateID      = 4409 // an operation id is already in use
 	closeTooManyInits     = 4429 // a second connection_init
 	closeGoingAway        = 1001 // server shutting down
 	closeReasonForbidden  = "Forbidden"
 	closeReasonInitTimout = "Connection initialisation timeout"
+	closeReasonExpired    = "Forbidden: credentials expired"
 )
 
 // wsInit is the websocket InitFunc: it authenticates the connection_init
@@ -191,12 +198,18 @@ func (h *Handler) wsInit(ctx context.Context, p transport.InitPayload) (context.
 		}
 	}
 	v, err := h.svc.authenticate(ctx, c)
+	if err == nil && !v.expires.IsZero() && !v.expires.After(time.Now()) {
+		err = errors.New("credentials expired")
+	}
 	if err != nil {
 		h.metrics.authFailures.WithLabelValues("websocket").Inc()
 		h.log.DebugContext(ctx, "graphql: websocket authentication failed", "err", err)
 		ctx = transport.WithWebsocketCloseCode(ctx, closeForbidden)
 		ctx = transport.AppendCloseReason(ctx, closeReasonForbidden)
 		return ctx, nil, errors.New(authMessage(err))
+	}
+	if up, ok := ctx.Value(upgradeKey{}).(*upgrade); ok && up.conn != nil && !v.expires.IsZero() {
+		up.conn.expireAt(v.expires)
 	}
 	return withViewer(ctx, v), nil, nil
 }

@@ -18,6 +18,11 @@
 // impersonating the viewer. Everything is filtered through each cluster's
 // RBAC before pagination and counting.
 //
+// A websocket is authenticated once, at connection_init, and every
+// operation on it runs as that viewer. When the credentials expire (an
+// OIDC ID token's exp; see authz.Expiring), the socket is closed with 4403
+// and its subscriptions end; the client reconnects with a fresh token.
+//
 // Subscriptions read the index's change feed through one fan-out goroutine
 // (hub.go) that routes each event to the subscriptions it may concern; each
 // subscription has one pump goroutine that owns its output channel. A

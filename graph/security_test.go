@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/fleetgraph/fleetgraph/authz"
 )
 
 // assertAlive checks that the server still answers an ordinary query after
@@ -372,4 +375,68 @@ func TestLegacyGraphQLWS(t *testing.T) {
 	if code, _ := c.closeStatus(5 * time.Second); code != websocket.StatusNormalClosure {
 		t.Errorf("terminate closed with %d", code)
 	}
+}
+
+// expiringAuth authenticates tokens "expiring-<user>" as that test user
+// with credentials that expire at exp, as an OIDC ID token does.
+type expiringAuth struct{ exp time.Time }
+
+type expiringUser struct {
+	user.DefaultInfo
+	exp time.Time
+}
+
+func (u *expiringUser) ExpiresAt() time.Time { return u.exp }
+
+func (a expiringAuth) Authenticate(_ context.Context, c authz.Credentials) (user.Info, error) {
+	name, ok := strings.CutPrefix(c.Token, "expiring-")
+	if !ok {
+		return nil, authz.ErrNotApplicable
+	}
+	return &expiringUser{DefaultInfo: user.DefaultInfo{Name: name, Groups: testUsers[name]}, exp: a.exp}, nil
+}
+
+// TestWebsocketClosesWhenCredentialsExpire: a websocket authenticated with
+// expiring credentials is closed with 4403 when they expire, and its
+// subscriptions end; already expired credentials are refused at init; a
+// socket with credentials that do not expire stays open.
+func TestWebsocketClosesWhenCredentialsExpire(t *testing.T) {
+	exp := time.Now().Add(1500 * time.Millisecond)
+	f := newFixture(t, wsOptions, func(o *Options) {
+		o.Authenticator = &authz.Union{Authenticators: []authz.Authenticator{expiringAuth{exp: exp}, o.Authenticator}}
+	})
+	init := func(c *wsClient, token string) {
+		c.send(wsMessage{Type: "connection_init", Payload: mustJSON(t, map[string]any{"Authorization": "Bearer " + token})})
+	}
+	const fleetSub = "subscription { fleet { message } }"
+
+	expiring := f.dial("graphql-transport-ws", nil)
+	init(expiring, "expiring-alice")
+	if m := expiring.read(); m.Type != "connection_ack" {
+		t.Fatalf("expected connection_ack, got %+v", m)
+	}
+	expiring.subscribe("1", fleetSub, nil)
+	if m := expiring.readFor("1"); m.Type != "next" {
+		t.Fatalf("expected a fleet event, got %+v", m)
+	}
+	lasting := f.connect("alice")
+
+	code, reason := expiring.closeStatus(5 * time.Second)
+	if code != closeForbidden || !strings.Contains(reason, "expired") {
+		t.Errorf("closed with %d %q, want %d and a reason saying the credentials expired", code, reason, closeForbidden)
+	}
+	if early := time.Until(exp); early > 0 {
+		t.Errorf("closed %v before the credentials expired", early)
+	}
+	lasting.subscribe("1", fleetSub, nil)
+	if m := lasting.readFor("1"); m.Type != "next" {
+		t.Fatalf("a socket with lasting credentials: expected a fleet event, got %+v", m)
+	}
+
+	late := f.dial("graphql-transport-ws", nil)
+	init(late, "expiring-alice")
+	if code, reason := late.closeStatus(5 * time.Second); code != closeForbidden || !strings.Contains(reason, "Forbidden") {
+		t.Errorf("expired credentials at init: closed with %d %q, want %d", code, reason, closeForbidden)
+	}
+	f.assertAlive()
 }

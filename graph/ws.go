@@ -113,6 +113,9 @@ func (a wsAcceptor) Accept(w http.ResponseWriter, r *http.Request, _ transport.W
 		_ = c.Close(closeGoingAway, "server shutting down")
 		return nil, errors.New("graph: server shutting down")
 	}
+	if up, ok := r.Context().Value(upgradeKey{}).(*upgrade); ok {
+		up.conn = wc // for wsInit: the viewer's credentials may expire
+	}
 	wc.mu.Lock() // the timer may fire at once; its callback reads initTimer
 	wc.initTimer = time.AfterFunc(h.opts.Websocket.InitTimeout, wc.initExpired)
 	wc.mu.Unlock()
@@ -135,6 +138,7 @@ type wsConn struct {
 	closed      chan struct{} // closed when the close handshake is over
 	initTimer   *time.Timer
 	deadline    *time.Timer
+	expiry      *time.Timer // closes the socket when its credentials expire
 	untrackOnce sync.Once
 	writing     atomic.Int32 // messages being written
 }
@@ -279,6 +283,31 @@ func (c *wsConn) initExpired() {
 	}
 }
 
+// expireAt closes the socket with 4403 at t, when the credentials it was
+// initialized with expire: every operation on it runs as that viewer, and
+// the server would now refuse them.
+func (c *wsConn) expireAt(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return
+	}
+	c.expiry = time.AfterFunc(time.Until(t), func() {
+		c.h.log.Debug("graph: websocket credentials expired; closing")
+		_ = c.WriteClose(closeForbidden, closeReasonExpired)
+	})
+}
+
+// stopTimers stops the timers that would close the socket; c.mu is held.
+func (c *wsConn) stopTimers() {
+	c.initTimer.Stop()
+	for _, t := range []*time.Timer{c.deadline, c.expiry} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+}
+
 // WriteJSON implements transport.WebsocketConn. A complete or error
 // message ends its operation id.
 func (c *wsConn) WriteJSON(v any) error {
@@ -340,10 +369,7 @@ func (c *wsConn) WriteClose(code int, reason string) error {
 		return nil
 	}
 	c.closing = true
-	c.initTimer.Stop()
-	if c.deadline != nil {
-		c.deadline.Stop()
-	}
+	c.stopTimers()
 	c.mu.Unlock()
 	go func() {
 		defer close(c.closed)
@@ -358,10 +384,7 @@ func (c *wsConn) Close() error {
 	c.mu.Lock()
 	closing := c.closing
 	c.closing = true
-	c.initTimer.Stop()
-	if c.deadline != nil {
-		c.deadline.Stop()
-	}
+	c.stopTimers()
 	c.mu.Unlock()
 	if closing {
 		return nil // the handshake goroutine closes the connection
