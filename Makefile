@@ -62,7 +62,8 @@ $(GOLANGCI_LINT):
 
 ## demo: start seeded local clusters and serve fleetgraph; Ctrl-C stops everything
 demo: testenv
-	$(GO) run ./cmd/fleetgraph demo
+	$(GO) build -o $(BIN)/fleetgraph ./cmd/fleetgraph
+	$(BIN)/fleetgraph demo
 
 ## bench-index: the index at 1M synthetic objects
 bench-index:
