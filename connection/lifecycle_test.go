@@ -14,37 +14,15 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/fleetgraph/fleetgraph/connection/internal/conntest"
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/internal/testcluster"
 )
-
-// truth lists every collected object kind from the API server directly
-// and returns kind/namespace/name -> resourceVersion, as rows does.
-func truth(t *testing.T, c *testcluster.Cluster, kinds []index.Kind) map[string]string {
-	t.Helper()
-	dyn := dynamic.NewForConfigOrDie(c.DirectConfig)
-	out := map[string]string{}
-	for _, k := range kinds {
-		if k.Group == index.RBACGroup {
-			continue
-		}
-		gvr := schema.GroupVersionResource{Group: k.Group, Version: k.Version, Resource: k.Resource}
-		list, err := dyn.Resource(gvr).List(context.Background(), metav1.ListOptions{})
-		if err != nil {
-			t.Fatalf("list %s: %v", gvr, err)
-		}
-		for _, o := range list.Items {
-			out[fmt.Sprintf("%s.%s/%s/%s", k.Kind, k.Group, o.GetNamespace(), o.GetName())] = o.GetResourceVersion()
-		}
-	}
-	return out
-}
 
 func seeded(t *testing.T, c *testcluster.Cluster, flux, istio bool, namespaces int) {
 	t.Helper()
@@ -71,7 +49,7 @@ func TestConvergence(t *testing.T) {
 	}
 	h := newHarness(t, Options{}, specFor(cs[0]), specFor(cs[1]), specFor(cs[2]))
 	for _, c := range cs {
-		h.rec.waitFor(t, c.Name, index.StateConnected, 1, 60*time.Second)
+		h.rec.WaitFor(t, c.Name, index.StateConnected, 1, 60*time.Second)
 	}
 
 	// 4 core + 9 Istio + 7 Flux + 4 RBAC kinds.
@@ -81,8 +59,8 @@ func TestConvergence(t *testing.T) {
 		}
 	}
 	for _, c := range cs {
-		want := truth(t, c, h.store.Kinds(c.Name))
-		eventually(t, 5*time.Second, "initial sync of "+c.Name, func() error { return diffKeys(want, rows(t, h.store, c.Name)) })
+		want := conntest.Truth(t, c, h.store.Kinds(c.Name))
+		conntest.Eventually(t, 5*time.Second, "initial sync of "+c.Name, func() error { return conntest.DiffKeys(want, conntest.RowVersions(t, h.store, c.Name)) })
 	}
 
 	t.Run("statuses", func(t *testing.T) {
@@ -128,11 +106,11 @@ func TestConvergence(t *testing.T) {
 	burstDone := time.Now()
 	wants := map[string]map[string]string{}
 	for _, c := range cs {
-		wants[c.Name] = truth(t, c, h.store.Kinds(c.Name))
+		wants[c.Name] = conntest.Truth(t, c, h.store.Kinds(c.Name))
 	}
-	eventually(t, 10*time.Second, "convergence after the burst", func() error {
+	conntest.Eventually(t, 10*time.Second, "convergence after the burst", func() error {
 		for _, c := range cs {
-			if err := diffKeys(wants[c.Name], rows(t, h.store, c.Name)); err != nil {
+			if err := conntest.DiffKeys(wants[c.Name], conntest.RowVersions(t, h.store, c.Name)); err != nil {
 				return fmt.Errorf("%s: %w", c.Name, err)
 			}
 		}
@@ -202,15 +180,15 @@ func TestStopDetectionAndRecovery(t *testing.T) {
 	a, b := cs[0], cs[1]
 	seeded(t, a, false, false, 2)
 	h := newHarness(t, Options{}, specFor(a), specFor(b))
-	h.rec.waitFor(t, a.Name, index.StateConnected, 1, 60*time.Second)
-	h.rec.waitFor(t, b.Name, index.StateConnected, 1, 60*time.Second)
-	before := rows(t, h.store, a.Name)
+	h.rec.WaitFor(t, a.Name, index.StateConnected, 1, 60*time.Second)
+	h.rec.WaitFor(t, b.Name, index.StateConnected, 1, 60*time.Second)
+	before := conntest.RowVersions(t, h.store, a.Name)
 
 	stopped := time.Now()
 	if err := a.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	at := h.rec.waitFor(t, a.Name, index.StateDisconnected, 1, 10*time.Second)
+	at := h.rec.WaitFor(t, a.Name, index.StateDisconnected, 1, 10*time.Second)
 	t.Logf("DISCONNECTED %s after Stop", at.Sub(stopped).Round(time.Millisecond))
 	if d := at.Sub(stopped); d > 2*time.Second {
 		t.Errorf("DISCONNECTED %s after Stop, want within 2s", d)
@@ -218,7 +196,7 @@ func TestStopDetectionAndRecovery(t *testing.T) {
 
 	// Rows stay queryable and are marked stale; the other cluster is
 	// untouched.
-	if err := diffKeys(before, rows(t, h.store, a.Name)); err != nil {
+	if err := conntest.DiffKeys(before, conntest.RowVersions(t, h.store, a.Name)); err != nil {
 		t.Errorf("rows changed while disconnected: %v", err)
 	}
 	page, err := h.store.Query(t.Context(), index.Query{Filter: index.Filter{Clusters: []string{a.Name, b.Name}}, Access: &index.Access{All: true}})
@@ -242,15 +220,15 @@ func TestStopDetectionAndRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	ready := time.Now()
-	at = h.rec.waitFor(t, a.Name, index.StateConnected, 2, 20*time.Second)
+	at = h.rec.WaitFor(t, a.Name, index.StateConnected, 2, 20*time.Second)
 	t.Logf("CONNECTED %s after the API server was ready", at.Sub(ready).Round(time.Millisecond))
 	if d := at.Sub(ready); d > 5*time.Second {
 		t.Errorf("CONNECTED %s after the API server was ready, want within 5s", d)
 	}
-	if n := h.rec.count(b.Name, index.StateDisconnected); n != 0 {
+	if n := h.rec.Count(b.Name, index.StateDisconnected); n != 0 {
 		t.Errorf("the other cluster saw %d disconnections", n)
 	}
-	if n := h.rec.count(a.Name, index.StateDisconnected); n != 1 {
+	if n := h.rec.Count(a.Name, index.StateDisconnected); n != 1 {
 		t.Errorf("%d DISCONNECTED events for one outage", n)
 	}
 }
@@ -262,13 +240,13 @@ func outage(t *testing.T, name string, start func(c *testcluster.Cluster) error,
 	c := startClusters(t, testcluster.Options{Name: name})[0]
 	seeded(t, c, false, false, 2)
 	h := newHarness(t, Options{}, specFor(c))
-	h.rec.waitFor(t, c.Name, index.StateConnected, 1, 60*time.Second)
+	h.rec.WaitFor(t, c.Name, index.StateConnected, 1, 60*time.Second)
 
 	began := time.Now()
 	if err := start(c); err != nil {
 		t.Fatal(err)
 	}
-	at := h.rec.waitFor(t, c.Name, index.StateDisconnected, 1, 20*time.Second)
+	at := h.rec.WaitFor(t, c.Name, index.StateDisconnected, 1, 20*time.Second)
 	t.Logf("DISCONNECTED %s after the fault", at.Sub(began).Round(time.Millisecond))
 	if d := at.Sub(began); d > 6*time.Second {
 		t.Errorf("DISCONNECTED %s after the fault, want within 6s", d)
@@ -278,14 +256,14 @@ func outage(t *testing.T, name string, start func(c *testcluster.Cluster) error,
 	if err != nil {
 		t.Fatal(err)
 	}
-	at = h.rec.waitFor(t, c.Name, index.StateConnected, 2, 20*time.Second)
+	at = h.rec.WaitFor(t, c.Name, index.StateConnected, 2, 20*time.Second)
 	t.Logf("CONNECTED %s after the fault ended", at.Sub(ended).Round(time.Millisecond))
 	if d := at.Sub(ended); d > 5*time.Second {
 		t.Errorf("CONNECTED %s after the fault ended, want within 5s", d)
 	}
-	want := truth(t, c, h.store.Kinds(c.Name))
-	eventually(t, 2*time.Second, "resync", func() error { return diffKeys(want, rows(t, h.store, c.Name)) })
-	if n := h.rec.count(c.Name, index.StateDisconnected); n != 1 {
+	want := conntest.Truth(t, c, h.store.Kinds(c.Name))
+	conntest.Eventually(t, 2*time.Second, "resync", func() error { return conntest.DiffKeys(want, conntest.RowVersions(t, h.store, c.Name)) })
+	if n := h.rec.Count(c.Name, index.StateDisconnected); n != 1 {
 		t.Errorf("%d DISCONNECTED events for one outage", n)
 	}
 }
@@ -347,22 +325,22 @@ func TestFlapping(t *testing.T) {
 	const cycles = 20
 	c := startClusters(t, testcluster.Options{Name: "flap"})[0]
 	h := newHarness(t, Options{}, specFor(c))
-	h.rec.waitFor(t, c.Name, index.StateConnected, 1, 60*time.Second)
+	h.rec.WaitFor(t, c.Name, index.StateConnected, 1, 60*time.Second)
 	for i := 1; i <= cycles; i++ {
 		if err := c.Stop(); err != nil {
 			t.Fatal(err)
 		}
-		h.rec.waitFor(t, c.Name, index.StateDisconnected, i, 10*time.Second)
+		h.rec.WaitFor(t, c.Name, index.StateDisconnected, i, 10*time.Second)
 		if err := c.Start(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		h.rec.waitFor(t, c.Name, index.StateConnected, i+1, 20*time.Second)
+		h.rec.WaitFor(t, c.Name, index.StateConnected, i+1, 20*time.Second)
 	}
 	// Let any spurious reconnect show itself.
 	time.Sleep(3 * time.Second)
-	if d, cn := h.rec.count(c.Name, index.StateDisconnected), h.rec.count(c.Name, index.StateConnected); d != cycles || cn != cycles+1 {
+	if d, cn := h.rec.Count(c.Name, index.StateDisconnected), h.rec.Count(c.Name, index.StateConnected); d != cycles || cn != cycles+1 {
 		t.Fatalf("%d cycles: %d DISCONNECTED and %d CONNECTED (want %d and %d, counting the first connect): %v",
-			cycles, d, cn, cycles, cycles+1, h.rec.of(c.Name))
+			cycles, d, cn, cycles, cycles+1, h.rec.Of(c.Name))
 	}
 	stale := testutil.ToFloat64(h.mgr.metrics.staleSignals.WithLabelValues(c.Name))
 	t.Logf("%d cycles: signals from older connections ignored: %v", cycles, stale)
@@ -372,11 +350,11 @@ func TestOneProbeLoopForManySubscribers(t *testing.T) {
 	t.Parallel()
 	c := startClusters(t, testcluster.Options{Name: "probe"})[0]
 	h := newHarness(t, Options{ProbeInterval: 200 * time.Millisecond}, specFor(c))
-	h.rec.waitFor(t, c.Name, index.StateConnected, 1, 60*time.Second)
+	h.rec.WaitFor(t, c.Name, index.StateConnected, 1, 60*time.Second)
 
 	// 100 subscribers watch the cluster's state through the index.
 	for range 100 {
-		newRecorder(t, h.store)
+		conntest.NewRecorder(t, h.store)
 	}
 	probes := h.mgr.metrics.probes.WithLabelValues(c.Name)
 	before := testutil.ToFloat64(probes)
@@ -396,7 +374,7 @@ func TestPartialDataWithoutFlux(t *testing.T) {
 	seeded(t, c, false, true, 2)
 	installIstiod(t, c)
 	h := newHarness(t, Options{}, specFor(c))
-	h.rec.waitFor(t, c.Name, index.StateConnected, 1, 60*time.Second)
+	h.rec.WaitFor(t, c.Name, index.StateConnected, 1, 60*time.Second)
 
 	row, _ := h.store.GetCluster(nil, c.Name)
 	if row.Metadata["istio.revisions"] != "canary" || row.Metadata["istio.versions"] != "1.31.1" ||
@@ -418,8 +396,8 @@ func TestPartialDataWithoutFlux(t *testing.T) {
 	if len(flux) != 7 {
 		t.Errorf("%d Flux kinds reported missing, want 7: %v", len(flux), errs)
 	}
-	want := truth(t, c, h.store.Kinds(c.Name))
-	eventually(t, 5*time.Second, "sync", func() error { return diffKeys(want, rows(t, h.store, c.Name)) })
+	want := conntest.Truth(t, c, h.store.Kinds(c.Name))
+	conntest.Eventually(t, 5*time.Second, "sync", func() error { return conntest.DiffKeys(want, conntest.RowVersions(t, h.store, c.Name)) })
 }
 
 // installIstiod creates what an Istio control plane leaves in
@@ -461,13 +439,13 @@ func TestHTTP2HealthCheckDetectsHalfOpen(t *testing.T) {
 	t.Parallel()
 	c := startClusters(t, testcluster.Options{Name: "halfopen"})[0]
 	h := newHarness(t, Options{ProbeInterval: time.Hour, HTTP2ReadIdle: time.Second, HTTP2PingTimeout: time.Second}, specFor(c))
-	h.rec.waitFor(t, c.Name, index.StateConnected, 1, 60*time.Second)
+	h.rec.WaitFor(t, c.Name, index.StateConnected, 1, 60*time.Second)
 	began := time.Now()
 	c.Proxy.BlackHole()
-	at := h.rec.waitFor(t, c.Name, index.StateDisconnected, 1, 20*time.Second)
+	at := h.rec.WaitFor(t, c.Name, index.StateDisconnected, 1, 20*time.Second)
 	t.Logf("DISCONNECTED %s after the black hole, by HTTP/2 health check", at.Sub(began).Round(time.Millisecond))
 	c.Proxy.Restore()
-	h.rec.waitFor(t, c.Name, index.StateConnected, 2, 20*time.Second)
+	h.rec.WaitFor(t, c.Name, index.StateConnected, 2, 20*time.Second)
 }
 
 func TestBadSourcesDoNotStopOthers(t *testing.T) {
@@ -490,8 +468,8 @@ func TestBadSourcesDoNotStopOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := newHarness(t, Options{ExcludeNamespaces: []string{"kube-system"}}, specs...)
-	h.rec.waitFor(t, good.Name, index.StateConnected, 1, 60*time.Second)
-	for key := range rows(t, h.store, good.Name) {
+	h.rec.WaitFor(t, good.Name, index.StateConnected, 1, 60*time.Second)
+	for key := range conntest.RowVersions(t, h.store, good.Name) {
 		if strings.Contains(key, "/kube-system/") || strings.HasSuffix(key, "/kube-system") {
 			t.Errorf("excluded namespace collected: %s", key)
 		}
@@ -499,8 +477,8 @@ func TestBadSourcesDoNotStopOthers(t *testing.T) {
 	if _, ok := h.store.Get(index.Key{Cluster: good.Name, Kind: "Namespace", Name: "default"}); !ok {
 		t.Error("namespace default missing")
 	}
-	h.rec.waitFor(t, "unreachable", index.StateDisconnected, 1, 20*time.Second)
-	h.rec.waitFor(t, "no-user", index.StateDisconnected, 1, 20*time.Second)
+	h.rec.WaitFor(t, "unreachable", index.StateDisconnected, 1, 20*time.Second)
+	h.rec.WaitFor(t, "no-user", index.StateDisconnected, 1, 20*time.Second)
 	for name, want := range map[string]string{"unreachable": "connection refused", "no-user": `names user "nobody"`} {
 		row, _ := h.store.GetCluster(nil, name)
 		if !strings.Contains(row.LastError, want) {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/fleetgraph/fleetgraph/authz"
+	"github.com/fleetgraph/fleetgraph/connection/internal/conntest"
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/internal/testcluster"
 )
@@ -48,12 +49,12 @@ func TestRevocationReachesAuthz(t *testing.T) {
 	bind("alice-view", "view")
 
 	h := newHarness(t, Options{}, specFor(c))
-	h.rec.waitFor(t, c.Name, index.StateConnected, 1, 60*time.Second)
+	h.rec.WaitFor(t, c.Name, index.StateConnected, 1, 60*time.Second)
 	az := authz.NewAuthorizer(h.store, authz.Options{})
 	alice := authz.NewIdentity(&user.DefaultInfo{Name: "alice", Groups: []string{user.AllAuthenticated}})
 	sees := func() bool { return az.ClusterAccess(c.Name, alice).Allows(podsGR, "ns-0", "pod-0") }
 
-	eventually(t, 5*time.Second, "alice sees pods through the aggregated view role", func() error {
+	conntest.Eventually(t, 5*time.Second, "alice sees pods through the aggregated view role", func() error {
 		if !sees() {
 			return fmt.Errorf("alice cannot see pod-0")
 		}
@@ -68,7 +69,7 @@ func TestRevocationReachesAuthz(t *testing.T) {
 		if err := rbac.RoleBindings("ns-0").Delete(ctx, "alice-view", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 2*time.Second, "revocation", func() error {
+		conntest.Eventually(t, 2*time.Second, "revocation", func() error {
 			if sees() {
 				return fmt.Errorf("alice still sees pod-0")
 			}
@@ -79,7 +80,7 @@ func TestRevocationReachesAuthz(t *testing.T) {
 
 	t.Run("editing the referenced ClusterRole revokes within 2s", func(t *testing.T) {
 		bind("alice-pods", "pod-reader")
-		eventually(t, 5*time.Second, "grant", func() error {
+		conntest.Eventually(t, 5*time.Second, "grant", func() error {
 			if !sees() {
 				return fmt.Errorf("alice cannot see pod-0")
 			}
@@ -94,7 +95,7 @@ func TestRevocationReachesAuthz(t *testing.T) {
 		if _, err := rbac.ClusterRoles().Update(ctx, role, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 2*time.Second, "revocation", func() error {
+		conntest.Eventually(t, 2*time.Second, "revocation", func() error {
 			if sees() {
 				return fmt.Errorf("alice still sees pod-0")
 			}
@@ -143,12 +144,12 @@ func TestSecretSourceAddsAndRemovesClusters(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	h.rec.waitFor(t, "leaf-from-secret", index.StateConnected, 1, 60*time.Second)
+	h.rec.WaitFor(t, "leaf-from-secret", index.StateConnected, 1, 60*time.Second)
 	row, _ := h.store.GetCluster(nil, "leaf-from-secret")
 	if row.Labels["region"] != "eu" {
 		t.Errorf("labels %v, want region=eu", row.Labels)
 	}
-	h.rec.waitFor(t, "broken", index.StateDisconnected, 1, 20*time.Second)
+	h.rec.WaitFor(t, "broken", index.StateDisconnected, 1, 20*time.Second)
 	if row, _ := h.store.GetCluster(nil, "broken"); !strings.Contains(row.LastError, "parse kubeconfig") {
 		t.Errorf("broken secret: lastError %q", row.LastError)
 	}
@@ -156,11 +157,11 @@ func TestSecretSourceAddsAndRemovesClusters(t *testing.T) {
 	if err := secrets.Delete(t.Context(), "leaf-secret", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "cluster removal", func() error {
+	conntest.Eventually(t, 10*time.Second, "cluster removal", func() error {
 		if _, ok := h.store.GetCluster(nil, "leaf-from-secret"); ok {
 			return fmt.Errorf("cluster still present")
 		}
-		if n := len(rows(t, h.store, "leaf-from-secret")); n != 0 {
+		if n := len(conntest.RowVersions(t, h.store, "leaf-from-secret")); n != 0 {
 			return fmt.Errorf("%d rows left", n)
 		}
 		return nil
@@ -228,8 +229,8 @@ func TestThrottlingForbiddenAndGoneAreRetried(t *testing.T) {
 	h := newHarness(t, Options{}, spec)
 	// Services fail at first: the cluster is degraded with the reason on
 	// the kind, and recovers on its own through the kind's backoff.
-	h.rec.waitFor(t, c.Name, index.StateDegraded, 1, 60*time.Second)
-	h.rec.waitFor(t, c.Name, index.StateConnected, 1, 60*time.Second)
+	h.rec.WaitFor(t, c.Name, index.StateDegraded, 1, 60*time.Second)
+	h.rec.WaitFor(t, c.Name, index.StateConnected, 1, 60*time.Second)
 	if n := throttle.hits.Load(); n != 1 {
 		t.Errorf("%d throttled requests, want 1", n)
 	}
@@ -250,9 +251,9 @@ func TestThrottlingForbiddenAndGoneAreRetried(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	want := truth(t, c, h.store.Kinds(c.Name))
-	eventually(t, 10*time.Second, "convergence after 429, 403 and 410", func() error { return diffKeys(want, rows(t, h.store, c.Name)) })
-	if n := h.rec.count(c.Name, index.StateDisconnected); n != 0 {
+	want := conntest.Truth(t, c, h.store.Kinds(c.Name))
+	conntest.Eventually(t, 10*time.Second, "convergence after 429, 403 and 410", func() error { return conntest.DiffKeys(want, conntest.RowVersions(t, h.store, c.Name)) })
+	if n := h.rec.Count(c.Name, index.StateDisconnected); n != 0 {
 		t.Errorf("429, 403 and 410 caused %d disconnections", n)
 	}
 }

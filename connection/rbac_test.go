@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/fleetgraph/fleetgraph/authz"
+	"github.com/fleetgraph/fleetgraph/connection/internal/conntest"
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/internal/testcluster"
 )
@@ -118,11 +119,11 @@ func TestAuthzMatchesRealClusterRBAC(t *testing.T) {
 	}
 
 	h := newHarness(t, Options{}, specFor(c))
-	h.rec.waitFor(t, c.Name, index.StateConnected, 1, 60*time.Second)
+	h.rec.WaitFor(t, c.Name, index.StateConnected, 1, 60*time.Second)
 	// Let aggregation and the last bindings reach the index.
 	time.Sleep(2 * time.Second)
 	az := authz.NewAuthorizer(h.store, authz.Options{})
-	all := allRows(t, h.store, c.Name)
+	all := conntest.AllRows(t, h.store, c.Name)
 
 	type viewer struct {
 		name   string
@@ -159,27 +160,6 @@ func TestAuthzMatchesRealClusterRBAC(t *testing.T) {
 			}
 			t.Logf("%s sees %d of %d objects", v.name, len(want), len(all))
 		})
-	}
-}
-
-func allRows(t *testing.T, store *index.Store, cluster string) []*index.Object {
-	t.Helper()
-	var out []*index.Object
-	after := ""
-	for {
-		page, err := store.Query(context.Background(), index.Query{
-			Filter: index.Filter{Clusters: []string{cluster}}, First: index.MaxPageSize, After: after, Access: &index.Access{All: true},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range page.Edges {
-			out = append(out, e.Object)
-		}
-		if !page.HasNextPage {
-			return out
-		}
-		after = page.Edges[len(page.Edges)-1].Cursor
 	}
 }
 

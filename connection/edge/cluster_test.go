@@ -14,12 +14,12 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/fleetgraph/fleetgraph/collector"
+	"github.com/fleetgraph/fleetgraph/connection/internal/conntest"
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/internal/testcluster"
 )
@@ -54,73 +54,11 @@ func startAgent(t *testing.T, opts AgentOptions) *Agent {
 	return a
 }
 
-// truth lists every collected object kind from the API server directly:
-// kind/namespace/name -> resourceVersion.
-func truth(t *testing.T, c *testcluster.Cluster, kinds []index.Kind) map[string]string {
-	t.Helper()
-	dyn := dynamic.NewForConfigOrDie(c.DirectConfig)
-	out := map[string]string{}
-	for _, k := range kinds {
-		if k.Group == index.RBACGroup {
-			continue
-		}
-		gvr := schema.GroupVersionResource{Group: k.Group, Version: k.Version, Resource: k.Resource}
-		list, err := dyn.Resource(gvr).List(context.Background(), metav1.ListOptions{})
-		if err != nil {
-			t.Fatalf("list %s: %v", gvr, err)
-		}
-		for _, o := range list.Items {
-			out[fmt.Sprintf("%s.%s/%s/%s", k.Kind, k.Group, o.GetNamespace(), o.GetName())] = o.GetResourceVersion()
-		}
-	}
-	return out
-}
-
-// rvs returns the rows of a cluster as truth does.
-func rvs(t *testing.T, store *index.Store, cluster string) map[string]string {
-	out := map[string]string{}
-	for _, o := range allRows(t, store, cluster) {
-		out[fmt.Sprintf("%s.%s/%s/%s", o.Kind, o.Group, o.Namespace, o.Name)] = o.ResourceVersion
-	}
-	return out
-}
-
-func diffKeys(want, got map[string]string) error {
-	var missing, extra, changed []string
-	for k, v := range want {
-		switch g, ok := got[k]; {
-		case !ok:
-			missing = append(missing, k)
-		case g != v:
-			changed = append(changed, k)
-		}
-	}
-	for k := range got {
-		if _, ok := want[k]; !ok {
-			extra = append(extra, k)
-		}
-	}
-	if len(missing)+len(extra)+len(changed) == 0 {
-		return nil
-	}
-	slices.Sort(missing)
-	slices.Sort(extra)
-	slices.Sort(changed)
-	return fmt.Errorf("missing %v extra %v stale %v", head(missing), head(extra), head(changed))
-}
-
-func head(s []string) string {
-	if len(s) > 5 {
-		return fmt.Sprintf("%v... (%d)", s[:5], len(s))
-	}
-	return fmt.Sprint(s)
-}
-
 // rowDocs renders every row of a cluster as JSON without UpdatedAt (the
 // index's own observation time), keyed by identity.
 func rowDocs(t *testing.T, store *index.Store, cluster string) map[string]string {
 	out := map[string]string{}
-	for _, o := range allRows(t, store, cluster) {
+	for _, o := range conntest.AllRows(t, store, cluster) {
 		r := *o
 		r.UpdatedAt = time.Time{}
 		data, err := json.Marshal(&r)
@@ -201,7 +139,7 @@ func TestEdgeRealCluster(t *testing.T) {
 		Manager: "ws://" + proxy.Addr() + "/edge", Cluster: name, Local: rest.CopyConfig(c.DirectConfig),
 		Metadata: map[string]string{"region": "eu-west-1", "environment": "test"},
 	})
-	at := h.rec.waitFor(t, name, index.StateConnected, 1, 90*time.Second)
+	at := h.rec.WaitFor(t, name, index.StateConnected, 1, 90*time.Second)
 	t.Logf("CONNECTED %s after the agent started (discovery, lists, snapshot)", at.Sub(started).Round(time.Millisecond))
 
 	t.Run("converges", func(t *testing.T) {
@@ -209,11 +147,11 @@ func TestEdgeRealCluster(t *testing.T) {
 		if len(kinds) != 24 { // 4 core + 9 Istio + 7 Flux + 4 RBAC
 			t.Fatalf("%d kinds recorded, want 24: %v", len(kinds), kindNames(kinds))
 		}
-		want := truth(t, c, kinds)
-		eventually(t, 5*time.Second, "rows equal the API server's objects", func() error { return diffKeys(want, rvs(t, h.store, name)) })
+		want := conntest.Truth(t, c, kinds)
+		conntest.Eventually(t, 5*time.Second, "rows equal the API server's objects", func() error { return conntest.DiffKeys(want, conntest.RowVersions(t, h.store, name)) })
 		// Row for row, the manager holds what a pull collector makes.
 		ref := pullReference(t, c, name)
-		eventually(t, 60*time.Second, "rows equal the pull collector's", func() error {
+		conntest.Eventually(t, 60*time.Second, "rows equal the pull collector's", func() error {
 			if a, b := kindNames(ref.Kinds(name)), kindNames(kinds); !slices.Equal(a, b) {
 				return fmt.Errorf("kinds %v vs %v", a, b)
 			}
@@ -230,8 +168,8 @@ func TestEdgeRealCluster(t *testing.T) {
 	t.Run("deltas within 2s", func(t *testing.T) {
 		burst(t, c)
 		done := time.Now()
-		want := truth(t, c, h.store.Kinds(name))
-		took := eventually(t, 10*time.Second, "convergence after the burst", func() error { return diffKeys(want, rvs(t, h.store, name)) })
+		want := conntest.Truth(t, c, h.store.Kinds(name))
+		took := conntest.Eventually(t, 10*time.Second, "convergence after the burst", func() error { return conntest.DiffKeys(want, conntest.RowVersions(t, h.store, name)) })
 		t.Logf("converged %s after the burst ended (%s after listing the truth)", time.Since(done).Round(time.Millisecond), took.Round(time.Millisecond))
 		if d := time.Since(done); d > 2*time.Second+took {
 			t.Errorf("converged %s after the burst, want within 2s", d)
@@ -275,7 +213,7 @@ func TestEdgeRealCluster(t *testing.T) {
 			return obj.GetName() + "/" + string(obj.GetUID()), nil
 		}
 		want, _ := h.store.Get(index.Key{Cluster: name, Kind: "Pod", Namespace: "ns-0", Name: "pod-0"})
-		eventually(t, 10*time.Second, "alice reads the pod through the edge (RBAC caches settle)", func() error {
+		conntest.Eventually(t, 10*time.Second, "alice reads the pod through the edge (RBAC caches settle)", func() error {
 			got, err := get("alice")
 			if err != nil {
 				return err
@@ -307,11 +245,11 @@ func TestEdgeRealCluster(t *testing.T) {
 	})
 
 	t.Run("disconnect and resync", func(t *testing.T) {
-		before := h.rec.count(name, index.StateDisconnected)
+		before := h.rec.Count(name, index.StateDisconnected)
 		kube := kubernetes.NewForConfigOrDie(c.DirectConfig)
 		proxy.BlackHole() // a half-open link: only keep-alives can tell
 		lost := time.Now()
-		at := h.rec.waitFor(t, name, index.StateDisconnected, before+1, 10*time.Second)
+		at := h.rec.WaitFor(t, name, index.StateDisconnected, before+1, 10*time.Second)
 		t.Logf("DISCONNECTED %s after the link was black-holed", at.Sub(lost).Round(time.Millisecond))
 		if d := at.Sub(lost); d > 2*testPongWait+time.Second {
 			t.Errorf("DISCONNECTED %s after the black hole, want within %s", d, 2*testPongWait+time.Second)
@@ -337,18 +275,18 @@ func TestEdgeRealCluster(t *testing.T) {
 		if _, ok := h.store.Get(index.Key{Cluster: name, Kind: "Pod", Namespace: "ns-1", Name: "pod-0"}); !ok {
 			t.Error("a row went away while disconnected")
 		}
-		connected := h.rec.count(name, index.StateConnected)
+		connected := h.rec.Count(name, index.StateConnected)
 		proxy.Restore()
 		restored := time.Now()
-		at = h.rec.waitFor(t, name, index.StateConnected, connected+1, 20*time.Second)
+		at = h.rec.WaitFor(t, name, index.StateConnected, connected+1, 20*time.Second)
 		t.Logf("CONNECTED %s after the link was restored", at.Sub(restored).Round(time.Millisecond))
-		want := truth(t, c, h.store.Kinds(name))
-		eventually(t, 5*time.Second, "resync after reconnect", func() error { return diffKeys(want, rvs(t, h.store, name)) })
+		want := conntest.Truth(t, c, h.store.Kinds(name))
+		conntest.Eventually(t, 5*time.Second, "resync after reconnect", func() error { return conntest.DiffKeys(want, conntest.RowVersions(t, h.store, name)) })
 		time.Sleep(time.Second)
-		if n := h.rec.count(name, index.StateDisconnected); n != before+1 {
+		if n := h.rec.Count(name, index.StateDisconnected); n != before+1 {
 			t.Errorf("%d DISCONNECTED transitions for one outage", n-before)
 		}
-		if n := h.rec.count(name, index.StateConnected); n != connected+1 {
+		if n := h.rec.Count(name, index.StateConnected); n != connected+1 {
 			t.Errorf("%d CONNECTED transitions for one recovery", n-connected)
 		}
 		if s := agent.Stats(); s.Sessions < 2 {
@@ -361,8 +299,8 @@ func TestEdgeRealCluster(t *testing.T) {
 		// parts, and the result must equal the first manager's rows.
 		small := newHubHarness(t, HubOptions{MaxMessageBytes: 16 << 10, PingInterval: testPing, PongWait: testPongWait})
 		a2 := startAgent(t, AgentOptions{Manager: small.url, Cluster: name, Local: rest.CopyConfig(c.DirectConfig)})
-		small.rec.waitFor(t, name, index.StateConnected, 1, 60*time.Second)
-		eventually(t, 10*time.Second, "both managers hold the same rows", func() error {
+		small.rec.WaitFor(t, name, index.StateConnected, 1, 60*time.Second)
+		conntest.Eventually(t, 10*time.Second, "both managers hold the same rows", func() error {
 			return diffDocs(rowDocs(t, h.store, name), rowDocs(t, small.store, name))
 		})
 		s := a2.Stats()

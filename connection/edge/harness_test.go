@@ -8,24 +8,18 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 	"go.uber.org/goleak"
 
+	"github.com/fleetgraph/fleetgraph/connection/internal/conntest"
 	"github.com/fleetgraph/fleetgraph/index"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// klog's flush daemon and client-go's process-wide watchers
-		// start on first use and live for the process.
-		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
-		goleak.IgnoreAnyFunction("k8s.io/client-go/util/workqueue.(*Type).updateUnfinishedWorkLoop"),
-		goleak.IgnoreAnyFunction("k8s.io/apimachinery/pkg/util/wait.BackoffUntilWithContext.func1"),
-	)
+	goleak.VerifyTestMain(m, conntest.LeakOptions()...)
 }
 
 // hubHarness is a Hub on a real HTTP server over an index.
@@ -33,7 +27,7 @@ type hubHarness struct {
 	hub   *Hub
 	store *index.Store
 	url   string // ws://.../edge
-	rec   *recorder
+	rec   *conntest.Recorder
 }
 
 // tokens used by the tests: one per cluster.
@@ -60,7 +54,7 @@ func newHubHarness(t testing.TB, opts HubOptions) *hubHarness {
 		t.Fatal(err)
 	}
 	h.hub = hub
-	h.rec = newRecorder(t, h.store)
+	h.rec = conntest.NewRecorder(t, h.store)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- hub.Run(ctx) }()
@@ -74,103 +68,6 @@ func newHubHarness(t testing.TB, opts HubOptions) *hubHarness {
 		srv.Close()
 	})
 	return h
-}
-
-// transition is one recorded state change of a cluster.
-type transition struct {
-	cluster string
-	state   index.ConnectionState
-	at      time.Time
-	err     string
-}
-
-// recorder follows the index change feed, as a subscriber would, and
-// records every cluster state transition.
-type recorder struct {
-	mu     sync.Mutex
-	events []transition
-	wake   chan struct{}
-}
-
-func newRecorder(t testing.TB, store *index.Store) *recorder {
-	r := &recorder{wake: make(chan struct{}, 1)}
-	sub, err := store.Subscribe(store.LastSeq())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer sub.Close()
-		var buf []*index.Event
-		for {
-			evs, err := sub.Next(ctx, buf[:0])
-			if err != nil {
-				return
-			}
-			buf = evs
-			for _, e := range evs {
-				if e.Type != index.EventCluster || (e.PreviousCluster != nil && e.PreviousCluster.State == e.ClusterRow.State) {
-					continue
-				}
-				r.mu.Lock()
-				r.events = append(r.events, transition{e.Cluster, e.ClusterRow.State, time.Now(), e.ClusterRow.LastError})
-				r.mu.Unlock()
-				select {
-				case r.wake <- struct{}{}:
-				default:
-				}
-			}
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return r
-}
-
-// waitFor waits for the n-th transition of cluster into state and returns
-// when it happened.
-func (r *recorder) waitFor(t *testing.T, cluster string, state index.ConnectionState, n int, timeout time.Duration) time.Time {
-	t.Helper()
-	deadline := time.After(timeout)
-	for {
-		seen := 0
-		for _, e := range r.of(cluster) {
-			if e.state == state {
-				if seen++; seen == n {
-					return e.at
-				}
-			}
-		}
-		select {
-		case <-r.wake:
-		case <-time.After(50 * time.Millisecond):
-		case <-deadline:
-			t.Fatalf("cluster %s: no %s transition #%d within %s; transitions: %v", cluster, state, n, timeout, r.of(cluster))
-		}
-	}
-}
-
-func (r *recorder) count(cluster string, state index.ConnectionState) int {
-	n := 0
-	for _, e := range r.of(cluster) {
-		if e.state == state {
-			n++
-		}
-	}
-	return n
-}
-
-func (r *recorder) of(cluster string) []transition {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []transition
-	for _, e := range r.events {
-		if e.cluster == cluster {
-			out = append(out, e)
-		}
-	}
-	return out
 }
 
 // rawClient speaks the protocol by hand, to send what a real edge never
@@ -316,48 +213,9 @@ func snapshotMsg(t *testing.T, id uint64, rows []index.Object) *Message {
 func names(t *testing.T, store *index.Store, cluster string) []string {
 	t.Helper()
 	var out []string
-	for _, o := range allRows(t, store, cluster) {
+	for _, o := range conntest.AllRows(t, store, cluster) {
 		out = append(out, o.Kind+"/"+o.Namespace+"/"+o.Name)
 	}
 	slices.Sort(out)
 	return out
-}
-
-// allRows returns every object row of a cluster in the index.
-func allRows(t *testing.T, store *index.Store, cluster string) []*index.Object {
-	t.Helper()
-	var out []*index.Object
-	after := ""
-	for {
-		page, err := store.Query(context.Background(), index.Query{
-			Filter: index.Filter{Clusters: []string{cluster}}, First: index.MaxPageSize, After: after,
-			Access: &index.Access{All: true},
-		})
-		if err != nil {
-			t.Fatalf("query: %v", err)
-		}
-		for _, e := range page.Edges {
-			out = append(out, e.Object)
-		}
-		if !page.HasNextPage {
-			return out
-		}
-		after = page.Edges[len(page.Edges)-1].Cursor
-	}
-}
-
-// eventually retries check until it returns nil or timeout passes, and
-// returns how long it took.
-func eventually(t *testing.T, timeout time.Duration, what string, check func() error) time.Duration {
-	t.Helper()
-	start := time.Now()
-	var err error
-	for time.Since(start) < timeout {
-		if err = check(); err == nil {
-			return time.Since(start)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s: not true within %s: %v", what, timeout, err)
-	return 0
 }

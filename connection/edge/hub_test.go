@@ -13,6 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/fleetgraph/fleetgraph/connection/internal/conntest"
 	"github.com/fleetgraph/fleetgraph/index"
 )
 
@@ -26,7 +27,7 @@ func TestClaims(t *testing.T) {
 	first.welcome("edge-a", "one")
 	first.send(snapshotMsg(t, 1, testRows("edge-a", 3, "1")))
 	first.awaitAck(first.seq)
-	h.rec.waitFor(t, "edge-a", index.StateConnected, 1, 5*time.Second)
+	h.rec.WaitFor(t, "edge-a", index.StateConnected, 1, 5*time.Second)
 
 	dup := dialRaw(t, h.url)
 	if m := dup.hello("edge-a", "two", "tok-a"); m.Type != TypeReject || m.Reject.Reason != ReasonAlreadyClaimed {
@@ -35,7 +36,7 @@ func TestClaims(t *testing.T) {
 
 	// The first edge goes away: DISCONNECTED once, rows kept and stale.
 	_ = first.conn.Close()
-	h.rec.waitFor(t, "edge-a", index.StateDisconnected, 1, 5*time.Second)
+	h.rec.WaitFor(t, "edge-a", index.StateDisconnected, 1, 5*time.Second)
 	released := time.Now()
 	if got := names(t, h.store, "edge-a"); len(got) != 3 {
 		t.Fatalf("rows after disconnect: %v", got)
@@ -54,19 +55,19 @@ func TestClaims(t *testing.T) {
 	same.welcome("edge-a", "one")
 	same.send(snapshotMsg(t, 1, testRows("edge-a", 2, "2")))
 	same.awaitAck(same.seq)
-	h.rec.waitFor(t, "edge-a", index.StateConnected, 2, 5*time.Second)
+	h.rec.WaitFor(t, "edge-a", index.StateConnected, 2, 5*time.Second)
 	if got := names(t, h.store, "edge-a"); len(got) != 2 {
 		t.Fatalf("rows after the reclaim's snapshot: %v, want the 2 it sent (no leftovers)", got)
 	}
 	_ = same.conn.Close()
-	h.rec.waitFor(t, "edge-a", index.StateDisconnected, 2, 5*time.Second)
+	h.rec.WaitFor(t, "edge-a", index.StateDisconnected, 2, 5*time.Second)
 
 	// After the grace period anyone with the token may claim.
 	time.Sleep(time.Until(released.Add(grace)) + grace)
 	after := dialRaw(t, h.url)
 	after.welcome("edge-a", "two")
 
-	if n := h.rec.count("edge-a", index.StateDisconnected); n != 2 {
+	if n := h.rec.Count("edge-a", index.StateDisconnected); n != 2 {
 		t.Errorf("%d DISCONNECTED transitions for two outages", n)
 	}
 	for reason, want := range map[Reason]float64{ReasonAlreadyClaimed: 1, ReasonGracePeriod: 1} {
@@ -172,7 +173,7 @@ func TestBadInput(t *testing.T) {
 			if got := names(t, h.store, "edge-c"); len(got) != 5 {
 				t.Errorf("rows after the reject: %d, want the 5 indexed before", len(got))
 			}
-			eventually(t, 5*time.Second, "claim released", func() error {
+			conntest.Eventually(t, 5*time.Second, "claim released", func() error {
 				if row, _ := h.store.GetCluster(nil, "edge-c"); row.State != index.StateDisconnected {
 					return errString("state " + string(row.State))
 				}
@@ -236,11 +237,11 @@ func TestKindErrorsDegrade(t *testing.T) {
 	m.Snapshot.Kinds = append(m.Snapshot.Kinds, KindState{Kind: missing, Error: "kind not served"})
 	c.send(m)
 	c.awaitAck(c.seq)
-	h.rec.waitFor(t, "edge-a", index.StateConnected, 1, 5*time.Second)
+	h.rec.WaitFor(t, "edge-a", index.StateConnected, 1, 5*time.Second)
 
 	c.send(&Message{Type: TypeDelta, Delta: &Delta{Kinds: []KindState{{Kind: testKind, Error: "forbidden", Failing: true}}}})
 	c.awaitAck(c.seq)
-	h.rec.waitFor(t, "edge-a", index.StateDegraded, 1, 5*time.Second)
+	h.rec.WaitFor(t, "edge-a", index.StateDegraded, 1, 5*time.Second)
 	if errs := h.store.KindErrors(nil, "edge-a"); len(errs) != 2 {
 		t.Errorf("kind errors %+v, want the missing and the failing kind", errs)
 	}
@@ -254,7 +255,7 @@ func TestKindErrorsDegrade(t *testing.T) {
 	}}
 	c.send(fixed)
 	c.awaitAck(c.seq)
-	h.rec.waitFor(t, "edge-a", index.StateConnected, 2, 5*time.Second)
+	h.rec.WaitFor(t, "edge-a", index.StateConnected, 2, 5*time.Second)
 }
 
 func TestParseTokens(t *testing.T) {
@@ -445,7 +446,7 @@ func TestSlowManagerCoalesces(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.buf.expect([]index.Kind{testKind})
-	eventually(t, 10*time.Second, "first snapshot", func() error {
+	conntest.Eventually(t, 10*time.Second, "first snapshot", func() error {
 		if row, ok := store.GetCluster(nil, "edge-b"); !ok || row.State != index.StateConnected {
 			return errString("not connected")
 		}
@@ -463,8 +464,8 @@ func TestSlowManagerCoalesces(t *testing.T) {
 			}
 		}
 	}
-	eventually(t, 20*time.Second, "the latest state of every object", func() error {
-		for _, o := range allRows(t, store, "edge-b") {
+	conntest.Eventually(t, 20*time.Second, "the latest state of every object", func() error {
+		for _, o := range conntest.AllRows(t, store, "edge-b") {
 			if o.Message != fmt.Sprint("round ", rounds) {
 				return fmt.Errorf("%s at %q", o.Name, o.Message)
 			}

@@ -1,0 +1,124 @@
+package conntest
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/fleetgraph/fleetgraph/index"
+)
+
+// LeakOptions are the goroutines goleak must ignore in packages that use
+// client-go: klog's flush daemon and client-go's process-wide watchers
+// start on first use and live for the process.
+func LeakOptions() []goleak.Option {
+	return []goleak.Option{
+		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
+		goleak.IgnoreAnyFunction("k8s.io/client-go/util/workqueue.(*Type).updateUnfinishedWorkLoop"),
+		goleak.IgnoreAnyFunction("k8s.io/apimachinery/pkg/util/wait.BackoffUntilWithContext.func1"),
+	}
+}
+
+// Transition is one recorded state change of a cluster.
+type Transition struct {
+	Cluster string
+	State   index.ConnectionState
+	At      time.Time
+	Err     string
+}
+
+// Recorder follows the index change feed, as a subscriber would, and
+// records every cluster state transition.
+type Recorder struct {
+	mu     sync.Mutex
+	events []Transition
+	wake   chan struct{}
+}
+
+// NewRecorder starts recording the transitions store publishes from now
+// on; it stops when the test ends.
+func NewRecorder(t testing.TB, store *index.Store) *Recorder {
+	r := &Recorder{wake: make(chan struct{}, 1)}
+	sub, err := store.Subscribe(store.LastSeq())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer sub.Close()
+		var buf []*index.Event
+		for {
+			evs, err := sub.Next(ctx, buf[:0])
+			if err != nil {
+				return
+			}
+			buf = evs
+			for _, e := range evs {
+				if e.Type != index.EventCluster || (e.PreviousCluster != nil && e.PreviousCluster.State == e.ClusterRow.State) {
+					continue
+				}
+				r.mu.Lock()
+				r.events = append(r.events, Transition{e.Cluster, e.ClusterRow.State, time.Now(), e.ClusterRow.LastError})
+				r.mu.Unlock()
+				select {
+				case r.wake <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return r
+}
+
+// WaitFor waits for the n-th transition of cluster into state (counting
+// from 1) and returns when it happened.
+func (r *Recorder) WaitFor(t testing.TB, cluster string, state index.ConnectionState, n int, timeout time.Duration) time.Time {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		seen := 0
+		for _, e := range r.Of(cluster) {
+			if e.State == state {
+				if seen++; seen == n {
+					return e.At
+				}
+			}
+		}
+		select {
+		case <-r.wake:
+		case <-time.After(50 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("cluster %s: no %s transition #%d within %s; transitions: %v", cluster, state, n, timeout, r.Of(cluster))
+		}
+	}
+}
+
+// Count returns how many transitions of cluster into state were seen.
+func (r *Recorder) Count(cluster string, state index.ConnectionState) int {
+	n := 0
+	for _, e := range r.Of(cluster) {
+		if e.State == state {
+			n++
+		}
+	}
+	return n
+}
+
+// Of returns the transitions of one cluster, oldest first.
+func (r *Recorder) Of(cluster string) []Transition {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Transition
+	for _, e := range r.events {
+		if e.Cluster == cluster {
+			out = append(out, e)
+		}
+	}
+	return out
+}
