@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/internal/retry"
 )
 
 // DefaultRelist is the default interval of the full relist that every kind
@@ -291,7 +291,7 @@ func (r *Run) collectKind(ctx context.Context, p plannedKind) {
 	})
 	backoff := kindBackoffInitial
 	for ctx.Err() == nil {
-		cycle, cancel := context.WithTimeout(ctx, jitter(r.cfg.Relist, relistJitter))
+		cycle, cancel := context.WithTimeout(ctx, retry.Jitter(r.cfg.Relist, relistJitter))
 		err := reflector.ListAndWatchWithContext(cycle)
 		cancel()
 		if ctx.Err() != nil {
@@ -320,7 +320,7 @@ func (r *Run) collectKind(ctx context.Context, p plannedKind) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(jitter(backoff, 0.5)):
+		case <-time.After(retry.Jitter(backoff, 0.5)):
 		}
 		backoff = min(2*backoff, kindBackoffMax)
 	}
@@ -351,9 +351,4 @@ func describeListError(kind index.Kind, err error) error {
 	default:
 		return err
 	}
-}
-
-// jitter returns d plus or minus up to fraction of it.
-func jitter(d time.Duration, fraction float64) time.Duration {
-	return time.Duration(float64(d) * (1 + fraction*(2*rand.Float64()-1)))
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/fleetgraph/fleetgraph/collector"
 	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/internal/retry"
 )
 
 // sigType is what a signal to a cluster's lifecycle says.
@@ -122,7 +122,7 @@ func (c *cluster) run(ctx context.Context) {
 		// Wait until the server answers again, with a fresh client
 		// each time, then start a new session (which resyncs).
 		for ctx.Err() == nil {
-			wait := jitter(backoff)
+			wait := retry.Jitter(backoff, 0.2)
 			backoff = min(2*backoff, c.m.opts.BackoffMax)
 			select {
 			case <-ctx.Done():
@@ -413,10 +413,4 @@ func (c *cluster) write(ctx context.Context) {
 	if err := c.m.opts.Store.UpsertCluster(ctx, row); err != nil && ctx.Err() == nil {
 		c.m.opts.Logger.Error("writing cluster state failed", "cluster", c.spec.Name, "err", err)
 	}
-}
-
-// jitter spreads d by ±20%, so clusters that failed together do not retry
-// in lockstep.
-func jitter(d time.Duration) time.Duration {
-	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -21,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/fleetgraph/fleetgraph/collector"
+	"github.com/fleetgraph/fleetgraph/internal/retry"
 )
 
 // Defaults and constants of the edge side.
@@ -298,7 +298,7 @@ func (a *Agent) collect(ctx context.Context) {
 			return
 		}
 		a.log.Warn("local API server not reachable; retrying", "err", err, "retry_in", backoff)
-		if !sleep(ctx, jitter(backoff)) {
+		if !sleep(ctx, retry.Jitter(backoff, 0.2)) {
 			return
 		}
 		backoff = min(2*backoff, localBackoffMax)
@@ -370,7 +370,7 @@ func (a *Agent) connectLoop(ctx context.Context) {
 		if welcomed {
 			backoff = a.opts.BackoffInitial
 		}
-		wait := jitter(backoff)
+		wait := retry.Jitter(backoff, 0.2)
 		if rej := asReject(err); rej != nil {
 			a.stats.rejects.Add(1)
 			a.stats.lastReject.Store(rej)
@@ -446,10 +446,4 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
-}
-
-// jitter spreads d by ±20%, so edges that lost the manager together do
-// not come back in lockstep.
-func jitter(d time.Duration) time.Duration {
-	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
