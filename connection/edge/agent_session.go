@@ -396,21 +396,10 @@ func (s *agentSession) startDetail(req *DetailRequest) {
 	})
 }
 
-// pingLoop pings the manager every interval until ctx ends.
+// pingLoop pings the manager every interval until ctx ends or the
+// session is done.
 func (s *agentSession) pingLoop(ctx context.Context) {
-	t := time.NewTicker(s.a.opts.PingInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.done:
-			return
-		case <-t.C:
-		}
-		if err := s.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(controlTimeout)); err != nil {
-			s.fail(fmt.Errorf("ping: %w", err))
-			return
-		}
+	if err := pingEvery(ctx, s.done, s.conn, s.a.opts.PingInterval); err != nil {
+		s.fail(err)
 	}
 }

@@ -201,18 +201,8 @@ func (s *session) readLoop() {
 
 // pingLoop pings the edge every interval until ctx ends.
 func (s *session) pingLoop(ctx context.Context) {
-	t := time.NewTicker(s.h.opts.PingInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if err := s.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(controlTimeout)); err != nil {
-			s.end(fmt.Errorf("ping: %w", err))
-			return
-		}
+	if err := pingEvery(ctx, nil, s.conn, s.h.opts.PingInterval); err != nil {
+		s.end(err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -156,4 +157,24 @@ func closeReason(err error) (*Reject, bool) {
 		return nil, false
 	}
 	return &Reject{Reason: Reason(reason), Message: msg}, true
+}
+
+// pingEvery writes a ping to conn every interval until ctx ends or stop
+// is closed (a nil stop never is), and returns the error of a ping that
+// could not be written. Both ends of a session ping this way.
+func pingEvery(ctx context.Context, stop <-chan struct{}, conn *websocket.Conn, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-stop:
+			return nil
+		case <-t.C:
+		}
+		if err := conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(controlTimeout)); err != nil {
+			return fmt.Errorf("ping: %w", err)
+		}
+	}
 }
