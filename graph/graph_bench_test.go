@@ -20,7 +20,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,6 +28,7 @@ import (
 	"github.com/fleetgraph/fleetgraph/authz"
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/index/indextest"
+	"github.com/fleetgraph/fleetgraph/internal/measure"
 )
 
 // BenchmarkGraphFleet is `make bench-graph`. Over real HTTP and websockets
@@ -94,14 +94,14 @@ func BenchmarkGraphFleet(b *testing.B) {
 		must(b, pprof.StartCPUProfile(f))
 		defer func() { _ = f.Close() }()
 	}
-	cpu0 := cpuTime()
+	cpu0 := measure.CPUTime()
 	q3 := clients.q3(b, tokens["viewer-q3"], p.queries)
-	serverCPU := (cpuTime() - cpu0) / time.Duration(p.queries+min(p.queries/10, 100))
+	serverCPU := (measure.CPUTime() - cpu0) / time.Duration(p.queries+min(p.queries/10, 100))
 	pprof.StopCPUProfile()
 	p50, p99 := time.Duration(q3.P50*1e6), time.Duration(q3.P99*1e6)
 	b.Logf("Q3 over HTTP: p50 %v p99 %v; server CPU per query %v", p50, p99, serverCPU)
 
-	heapBefore := liveHeap()
+	heapBefore := measure.LiveHeap()
 	if path := os.Getenv("FLEETGRAPH_BENCH_HEAPPROFILE"); path != "" {
 		f, err := os.Create(path + ".before")
 		must(b, err)
@@ -111,7 +111,7 @@ func BenchmarkGraphFleet(b *testing.B) {
 	clients.subscribe(b)
 	waitHub(b, h, p.subscribers)
 	time.Sleep(time.Second) // let the pumps compute their routes
-	heapPerSub := float64(liveHeap()-heapBefore) / float64(p.subscribers)
+	heapPerSub := float64(measure.LiveHeap()-heapBefore) / float64(p.subscribers)
 	if path := os.Getenv("FLEETGRAPH_BENCH_HEAPPROFILE"); path != "" {
 		f, err := os.Create(path)
 		must(b, err)
@@ -323,26 +323,6 @@ func benchChurn(ctx context.Context, b *testing.B, s *index.Store, p benchParams
 	}
 	time.Sleep(500 * time.Millisecond) // let the last events arrive
 	return rate
-}
-
-// cpuTime returns the process's user+system CPU time. On a shared, loaded
-// machine, CPU per query separates the cost of the code from time spent
-// waiting for a core.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// liveHeap returns the live heap after a full collection.
-func liveHeap() int64 {
-	var m runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&m)
-	return int64(m.HeapAlloc)
 }
 
 func waitHub(b *testing.B, h *Handler, n int) {

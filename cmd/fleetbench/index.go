@@ -12,11 +12,11 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/index/indextest"
+	"github.com/fleetgraph/fleetgraph/internal/measure"
 )
 
 // runIndex ingests the synthetic fleet into an index.Store and measures
@@ -57,7 +57,7 @@ func runIndex(ctx context.Context, args []string) error {
 	}
 
 	s := index.New()
-	heapBefore := liveHeap()
+	heapBefore := measure.LiveHeap()
 	stopProfile, err := startCPUProfile(*cpuProfile)
 	if err != nil {
 		return err
@@ -68,12 +68,12 @@ func runIndex(ctx context.Context, args []string) error {
 	// process CPU time spent inside those calls, garbage collection
 	// included.
 	var ingest, ingestCPU time.Duration
-	cpu0 := cpuTime()
+	cpu0 := measure.CPUTime()
 	err = fleet.Each(*batch, func(rows []index.Object) error {
-		c, start := cpuTime(), time.Now()
+		c, start := measure.CPUTime(), time.Now()
 		err := s.UpsertBatch(ctx, rows)
 		ingest += time.Since(start)
-		ingestCPU += cpuTime() - c
+		ingestCPU += measure.CPUTime() - c
 		return err
 	})
 	if err != nil {
@@ -81,7 +81,7 @@ func runIndex(ctx context.Context, args []string) error {
 	}
 	stopProfile()
 	n := fleet.Size()
-	heap := liveHeap() - heapBefore
+	heap := measure.LiveHeap() - heapBefore
 	if *memProfile != "" {
 		f, err := os.Create(*memProfile)
 		if err != nil {
@@ -103,7 +103,7 @@ func runIndex(ctx context.Context, args []string) error {
 		}
 	}
 	logf("ingested %d objects in %v: CPU %v in UpsertBatch (%v/object), %v including the generator; heap %d MiB",
-		n, ingest, ingestCPU, ingestCPU/time.Duration(n), cpuTime()-cpu0, heap>>20)
+		n, ingest, ingestCPU, ingestCPU/time.Duration(n), measure.CPUTime()-cpu0, heap>>20)
 
 	admin := &index.Access{All: true}
 	rnd := rand.New(rand.NewPCG(1, 2))
@@ -122,7 +122,7 @@ func runIndex(ctx context.Context, args []string) error {
 	q6a.Access = fleet.NamespaceAccess(5, 10)
 	q6b.Access = fleet.NamespaceAccess(100, 200)
 
-	type measure struct {
+	type timedQuery struct {
 		name string
 		fn   func() error
 	}
@@ -136,7 +136,7 @@ func runIndex(ctx context.Context, args []string) error {
 		return err
 	}
 	results := map[string]time.Duration{}
-	for _, m := range []measure{
+	for _, m := range []timedQuery{
 		{"q1", func() error {
 			k := keys[rnd.IntN(len(keys))]
 			if _, ok := s.Get(k); !ok {
@@ -161,13 +161,13 @@ func runIndex(ctx context.Context, args []string) error {
 		{"q6a", query(q6a)},
 		{"q6b", query(q6b)},
 	} {
-		cpu0 := cpuTime()
+		cpu0 := measure.CPUTime()
 		d, p50, err := p99(*iters, m.fn)
 		if err != nil {
 			return fmt.Errorf("%s: %w", m.name, err)
 		}
 		results[m.name] = d
-		logf("%s p50 %v p99 %v cpu/op %v", m.name, p50, d, (cpuTime()-cpu0)/time.Duration(*iters+min(*iters/10, 100)))
+		logf("%s p50 %v p99 %v cpu/op %v", m.name, p50, d, (measure.CPUTime()-cpu0)/time.Duration(*iters+min(*iters/10, 100)))
 	}
 
 	stopProfile()
@@ -231,15 +231,6 @@ func startCPUProfile(path string) (stop func(), err error) {
 	}, nil
 }
 
-// liveHeap returns the live heap after a full collection.
-func liveHeap() int64 {
-	var m runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&m)
-	return int64(m.HeapAlloc)
-}
-
 // p99 runs fn after a warm-up and returns the 99th and 50th percentile
 // durations.
 func p99(iters int, fn func() error) (p99, p50 time.Duration, err error) {
@@ -258,17 +249,6 @@ func p99(iters int, fn func() error) (p99, p50 time.Duration, err error) {
 	}
 	slices.Sort(ds)
 	return ds[len(ds)*99/100], ds[len(ds)/2], nil
-}
-
-// cpuTime returns the process's user+system CPU time. On a shared,
-// loaded machine, CPU per operation separates the cost of the code from
-// time spent waiting for a core.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // churnQ3 applies rate single-object updates per second (new versions of
@@ -333,7 +313,7 @@ func churnQ3(ctx context.Context, s *index.Store, fleet indextest.Fleet, q index
 	}
 	defer stopProfile()
 	start := time.Now()
-	cpu0 := cpuTime()
+	cpu0 := measure.CPUTime()
 	ds, gcs, err := queryFor(ctx, s, q, d)
 	if err != nil {
 		return 0, err
@@ -345,7 +325,7 @@ func churnQ3(ctx context.Context, s *index.Store, fleet indextest.Fleet, q index
 		return 0, err
 	}
 	logf("churn: %d queries, p50 %v p90 %v, process CPU %v over %v, %d GC cycles",
-		len(ds), ds[len(ds)/2], ds[len(ds)*9/10], cpuTime()-cpu0, time.Since(start), gcs)
+		len(ds), ds[len(ds)/2], ds[len(ds)*9/10], measure.CPUTime()-cpu0, time.Since(start), gcs)
 	if got := float64(applied.Load()) / time.Since(start).Seconds(); got < 0.9*float64(rate) {
 		// A loaded machine cannot always keep up; say so rather than
 		// print a figure that looks like the requested rate.
