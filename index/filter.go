@@ -49,7 +49,7 @@ type plan struct {
 	access    *Access
 	accessAll bool
 	caByCID   []*ClusterAccess // resolved lazily
-	idsByCID  []*accessIDs     // caByCID[cid] resolved against x (nil if it is)
+	idsByCID  []*accessIDs     // caByCID[cid] resolved against x, on the first row check
 	caDone    []bool
 }
 
@@ -276,7 +276,7 @@ func (p *plan) clusterAccess(cid uint32) *ClusterAccess {
 	return p.caByCID[cid]
 }
 
-// resolveCluster fills caByCID[cid] and idsByCID[cid] on first use.
+// resolveCluster fills caByCID[cid] on first use.
 func (p *plan) resolveCluster(cid uint32) {
 	for int(cid) >= len(p.caByCID) {
 		p.caByCID = append(p.caByCID, nil)
@@ -284,11 +284,7 @@ func (p *plan) resolveCluster(cid uint32) {
 		p.caDone = append(p.caDone, false)
 	}
 	if !p.caDone[cid] {
-		ca := p.access.Clusters[p.x.clusters.str(cid)]
-		p.caByCID[cid] = ca
-		if ca != nil {
-			p.idsByCID[cid] = p.x.resolveAccess(ca)
-		}
+		p.caByCID[cid] = p.access.Clusters[p.x.clusters.str(cid)]
 		p.caDone[cid] = true
 	}
 }
@@ -302,6 +298,13 @@ func (p *plan) visible(r *objRow) bool {
 		return false
 	}
 	p.resolveCluster(r.cid)
-	ids := p.idsByCID[r.cid]
-	return ids != nil && ids.allows(p.caByCID[r.cid], r)
+	ca, ids := p.caByCID[r.cid], p.idsByCID[r.cid]
+	if ca == nil {
+		return false
+	}
+	if ids == nil { // resolved only for row checks: facets read ca itself
+		ids = p.x.resolveAccess(ca)
+		p.idsByCID[r.cid] = ids
+	}
+	return ids.allows(ca, r)
 }
