@@ -14,7 +14,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, conntest.LeakOptions()...)
+	goleak.VerifyTestMain(m, testcluster.LeakOptions()...)
 }
 
 // harness runs a Manager over real clusters for one test.

@@ -20,10 +20,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
-		goleak.IgnoreAnyFunction("k8s.io/client-go/util/workqueue.(*Type).updateUnfinishedWorkLoop"),
-	)
+	goleak.VerifyTestMain(m, testcluster.LeakOptions()...)
 }
 
 func TestServeFlagErrors(t *testing.T) {

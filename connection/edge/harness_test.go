@@ -17,10 +17,11 @@ import (
 
 	"github.com/fleetgraph/fleetgraph/connection/internal/conntest"
 	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/internal/testcluster"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, conntest.LeakOptions()...)
+	goleak.VerifyTestMain(m, testcluster.LeakOptions()...)
 }
 
 // hubHarness is a Hub on a real HTTP server over an index.

@@ -6,21 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/fleetgraph/fleetgraph/index"
 )
-
-// LeakOptions are the goroutines goleak must ignore in packages that use
-// client-go: klog's flush daemon and client-go's process-wide watchers
-// start on first use and live for the process.
-func LeakOptions() []goleak.Option {
-	return []goleak.Option{
-		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
-		goleak.IgnoreAnyFunction("k8s.io/client-go/util/workqueue.(*Type).updateUnfinishedWorkLoop"),
-		goleak.IgnoreAnyFunction("k8s.io/apimachinery/pkg/util/wait.BackoffUntilWithContext.func1"),
-	}
-}
 
 // Transition is one recorded state change of a cluster.
 type Transition struct {
