@@ -106,14 +106,14 @@ func TestServe(t *testing.T) {
 				Objects struct{ TotalCount int }
 			}
 		}
-		if code == http.StatusOK && json.Unmarshal([]byte(body), &r) == nil && r.Data.Objects.TotalCount == 4 {
-			if r.Data.Fleet.Message != "All 1 clusters synced" {
-				t.Errorf("fleet message %q", r.Data.Fleet.Message)
-			}
+		// Pods can be listed before every kind has synced, so wait for
+		// both: the 4 pods and the fleet reported synced.
+		if code == http.StatusOK && json.Unmarshal([]byte(body), &r) == nil && r.Data.Objects.TotalCount == 4 &&
+			r.Data.Fleet.Message == "All 1 clusters synced" {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("admin never saw the 4 pods: %d %s", code, body)
+			t.Fatalf("admin never saw the 4 pods with the fleet synced (want message %q): %d %s", "All 1 clusters synced", code, body)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
