@@ -99,20 +99,7 @@ func TestAnyNamespaceNamedInQueries(t *testing.T) {
 		t.Fatalf("reference sees %d objects: %v", len(want), want)
 	}
 	for _, f := range []Filter{{}, {Kinds: []string{"Pod"}}, {Namespaces: []string{"a", "b"}}, {NameContains: "x"}} {
-		var got []string
-		after := ""
-		for {
-			p, err := s.Query(ctxb, Query{Filter: f, Access: acc, First: 7, After: after})
-			mustNoErr(t, err)
-			for _, e := range p.Edges {
-				got = append(got, e.Object.Key().String())
-			}
-			if !p.HasNextPage {
-				break
-			}
-			after = p.Edges[len(p.Edges)-1].Cursor
-		}
-		slices.Sort(got)
+		got, _ := pageKeys(t, s, f, acc, 7)
 		var wantF []Object
 		var wantKeys []string
 		m, err := NewMatcher(f, acc)

@@ -99,8 +99,9 @@ func cloneString(s string) string {
 // and the group/resource pair used by access checks cost 8 bytes per row.
 type kindInfo struct {
 	Kind
-	// kid identifies (group, kind) regardless of version: it is the unit
-	// of the kind filter, the kind facet and the count cells.
+	// kid identifies (group, kind, resource) regardless of version: it is
+	// the unit of the kind filter, the count cells and the access checks
+	// that work on cells (see kindDict).
 	kid uint32
 	gr  GroupResource
 	// seq numbers kindInfos densely in the order they were interned; it
@@ -108,26 +109,42 @@ type kindInfo struct {
 	seq uint32
 }
 
-// kindDict interns kindInfo values and (group, kind) ids.
+// kindDict interns kindInfo values and kind ids.
+//
+// A kid stands for a kind as one resource names it: (group, kind,
+// resource). Each row's resource is the one its own cluster reported, and
+// RBAC grants resources, so the count cells of a kid hold only rows that
+// one access check decides alike. Normally a kind has one resource across
+// the fleet and so one kid; a cluster that names it differently (its own
+// CRD plural, or an edge that lies) gets a kid of its own, and can never
+// change which resource another cluster's rows are checked against. The
+// kind facet adds up the kids of one (group, kind).
 type kindDict struct {
 	infos map[Kind]*kindInfo
 	last  *kindInfo // the last interned kind: batches are mostly one kind
-	kids  map[groupKindName]uint32
-	// byKid, grOf and namespaced are indexed by kid; grOf is the resource
-	// of the first version seen (a kind keeps its plural across versions),
-	// and namespaced is set once a row of the kind had a namespace.
+	kids  map[kindKey]uint32
+	// byKid, grOf and namespaced are indexed by kid; namespaced is set
+	// once a row of the kind had a namespace.
 	byKid      []groupKindName
 	grOf       []GroupResource
 	namespaced []bool
 	// kidsOfGR inverts grOf, so that access checks by resource (named
-	// grants) find their kinds without scanning every kind.
+	// grants) find their kinds without scanning every kind, and kidsOfGK
+	// lists the kids of one (group, kind), for Replace.
 	kidsOfGR map[GroupResource][]uint32
+	kidsOfGK map[groupKindName][]uint32
 }
 
-// groupKindName is the (group, kind) pair that a kid stands for.
+// groupKindName is the (group, kind) pair that a kid is a kind of.
 type groupKindName struct {
 	Group string
 	Kind  string
+}
+
+// kindKey is what a kid stands for.
+type kindKey struct {
+	groupKindName
+	Resource string
 }
 
 // String returns "Kind" or "Kind.group", the filter and facet form.
@@ -136,7 +153,10 @@ func (g groupKindName) String() string {
 }
 
 func newKindDict() *kindDict {
-	return &kindDict{infos: map[Kind]*kindInfo{}, kids: map[groupKindName]uint32{}, kidsOfGR: map[GroupResource][]uint32{}}
+	return &kindDict{
+		infos: map[Kind]*kindInfo{}, kids: map[kindKey]uint32{},
+		kidsOfGR: map[GroupResource][]uint32{}, kidsOfGK: map[groupKindName][]uint32{},
+	}
 }
 
 // intern returns the shared kindInfo for k.
@@ -153,18 +173,20 @@ func (d *kindDict) intern(k Kind) *kindInfo {
 		Resource: cloneString(k.Resource), Namespaced: k.Namespaced,
 	}
 	gk := groupKindName{Group: k.Group, Kind: k.Kind}
-	kid, ok := d.kids[gk]
+	gr := GroupResource{Group: k.Group, Resource: k.Resource}
+	kk := kindKey{groupKindName: gk, Resource: k.Resource}
+	kid, ok := d.kids[kk]
 	if !ok {
 		kid = uint32(len(d.byKid))
-		d.kids[gk] = kid
+		d.kids[kk] = kid
 		d.byKid = append(d.byKid, gk)
-		gr := GroupResource{Group: k.Group, Resource: k.Resource}
 		d.grOf = append(d.grOf, gr)
 		d.namespaced = append(d.namespaced, false)
 		d.kidsOfGR[gr] = append(d.kidsOfGR[gr], kid)
+		d.kidsOfGK[gk] = append(d.kidsOfGK[gk], kid)
 	}
 	d.namespaced[kid] = d.namespaced[kid] || k.Namespaced
-	ki := &kindInfo{Kind: k, kid: kid, gr: GroupResource{Group: k.Group, Resource: k.Resource}, seq: uint32(len(d.infos))}
+	ki := &kindInfo{Kind: k, kid: kid, gr: gr, seq: uint32(len(d.infos))}
 	d.infos[k] = ki
 	d.last = ki
 	return ki

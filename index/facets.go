@@ -244,10 +244,30 @@ func (t *tally) result(seq uint64, stale []string) *Facets {
 	for i, st := range Statuses {
 		f.Statuses = append(f.Statuses, FacetCount{Value: string(st), Count: t.status[i]})
 	}
-	f.Kinds = facetList(t.kind, nil, func(id uint32) string { return x.kinds.byKid[id].String() })
+	f.Kinds = kindFacets(t.kind, x.kinds.byKid)
 	f.Clusters = facetList(t.cluster, x.clusters.inOrder(), x.clusters.str)
 	f.Namespaces = facetList(t.ns, x.namespaces.inOrder(), x.namespaces.str)
 	return f
+}
+
+// kindFacets is facetList for kinds: the kids of one (group, kind), which
+// clusters that name its resource differently have, count as one value.
+func kindFacets(counts []int, byKid []groupKindName) []FacetCount {
+	first := make(map[groupKindName]uint32, len(byKid))
+	merged := make([]int, len(counts))
+	for kid, n := range counts {
+		if n == 0 {
+			continue
+		}
+		gk := byKid[kid]
+		to, ok := first[gk]
+		if !ok {
+			to = uint32(kid)
+			first[gk] = to
+		}
+		merged[to] += n
+	}
+	return facetList(merged, nil, func(id uint32) string { return byKid[id].String() })
 }
 
 // facetList returns the non-zero counts by count, descending, then value.

@@ -262,13 +262,13 @@ func (w *writeTxn) deleteObject(r *objRow) {
 func (w *writeTxn) replaceObjects(cluster string, kind Kind, rows []Object) {
 	x := w.s.x
 	stale := map[uint32]struct{}{}
-	cid, ok1 := x.clusters.lookup(cluster)
-	kid, ok2 := x.kinds.kids[groupKindName{Group: kind.Group, Kind: kind.Kind}]
-	if ok1 && ok2 && int(cid) < len(x.byCluster) && x.byCluster[cid] != nil {
-		x.byCluster[cid].byKind[kid].each(func(rid uint32) bool {
-			stale[rid] = struct{}{}
-			return true
-		})
+	if cid, ok := x.clusters.lookup(cluster); ok && int(cid) < len(x.byCluster) && x.byCluster[cid] != nil {
+		for _, kid := range x.kinds.kidsOfGK[groupKindName{Group: kind.Group, Kind: kind.Kind}] {
+			x.byCluster[cid].byKind[kid].each(func(rid uint32) bool {
+				stale[rid] = struct{}{}
+				return true
+			})
+		}
 	}
 	olds, ok := w.upsertBulk(rows)
 	if !ok {

@@ -263,10 +263,12 @@ func (p *plan) eachInCluster(cid uint32, ca *ClusterAccess, fn func(*objRow) boo
 				continue // the any-namespace entry yields it
 			}
 		}
+		// The keys of the kinds with this resource; a row found under one
+		// is of that kind only if its own cluster names the same resource.
 		for _, kid := range x.kinds.kidsOfGR[no.GroupResource] {
 			gk := x.kinds.byKid[kid]
 			key = appendKey(key[:0], cluster, gk.Group, gk.Kind, no.Namespace, no.Name)
-			if r := x.lookup(key); r != nil && !fn(r) {
+			if r := x.lookup(key); r != nil && r.kind.kid == kid && !fn(r) {
 				return false
 			}
 			if !anyNS || !x.kinds.namespaced[kid] {
@@ -283,7 +285,7 @@ func (p *plan) eachInCluster(cid uint32, ca *ClusterAccess, fn func(*objRow) boo
 					continue
 				}
 				key = appendKey(key[:0], cluster, gk.Group, gk.Kind, ns, no.Name)
-				if r := x.lookup(key); r != nil && !fn(r) {
+				if r := x.lookup(key); r != nil && r.kind.kid == kid && !fn(r) {
 					return false
 				}
 			}
