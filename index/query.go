@@ -293,7 +293,7 @@ func (p *plan) run(o Order, after *sortKey, first int) ([]*objRow, bool, int) {
 	if o.Field == OrderName && src.est > 4*first && src.est*src.est >= ratio*first*live {
 		// Matches are plentiful enough for the walk to be cheaper. Give
 		// up (and collect) past twice the source size.
-		if rows, more, ok := p.walk(o, after, first, 2*src.est+first); ok {
+		if rows, more, ok := p.walk(src, o, after, first, 2*src.est+first); ok {
 			return rows, more, p.count(src)
 		}
 	}
@@ -369,8 +369,10 @@ func (p *plan) count(src source) int {
 
 // walk reads rows in order from the cursor, keeping matches, until it has
 // first+1 or has visited budget rows (then ok is false). Only the name
-// order has an index to walk.
-func (p *plan) walk(o Order, after *sortKey, first, budget int) (rows []*objRow, more, ok bool) {
+// order has an index to walk. Rows outside src are skipped without being
+// loaded when src can test membership; rows of an exact source need no
+// filter check.
+func (p *plan) walk(src source, o Order, after *sortKey, first, budget int) (rows []*objRow, more, ok bool) {
 	x := p.x
 	var pivot *nameSeek
 	if after != nil {
@@ -381,6 +383,9 @@ func (p *plan) walk(o Order, after *sortKey, first, budget int) (rows []*objRow,
 		if budget < 0 {
 			return false
 		}
+		if src.has != nil && !src.has(rid) {
+			return true
+		}
 		r := x.rows[rid]
 		if after != nil {
 			c := compareSortKeys(x.sortKeyOf(o.Field, r), *after)
@@ -388,7 +393,7 @@ func (p *plan) walk(o Order, after *sortKey, first, budget int) (rows []*objRow,
 				return true
 			}
 		}
-		if p.match(r) {
+		if (src.exact && src.has != nil) || p.match(r) {
 			rows = append(rows, r)
 		}
 		return len(rows) <= first

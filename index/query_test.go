@@ -258,6 +258,76 @@ func TestQueryMatchesReference(t *testing.T) {
 	}
 }
 
+// TestWalkExactSources pages in name order through filters whose source
+// is exact and large (one label value, one kind and status, seen by an
+// admin), so that the planner walks the name order and takes the source's
+// membership test as the whole filter; every page must match brute force.
+// Rows are also deleted, so the walk meets dead items.
+func TestWalkExactSources(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(3, 9))
+	s, _ := newTestStore(t)
+	for i := range 3000 {
+		o := randomObject(rnd)
+		o.Name = fmt.Sprintf("%s-%d", o.Name, i) // names repeat, keys do not
+		mustNoErr(t, s.Upsert(ctxb, o))
+	}
+	all := drainObjects(t, s)
+	for _, o := range all[:200] {
+		mustNoErr(t, s.Delete(ctxb, o.Key()))
+	}
+	var model []Object
+	for _, o := range drainObjects(t, s) {
+		model = append(model, *o)
+	}
+	admin := &Access{All: true}
+	for _, f := range []Filter{
+		{LabelSelector: "k0=v1"},
+		{LabelSelector: "n"},
+		{Kinds: []string{"Pod"}, Statuses: []Status{StatusHealthy}},
+		{Statuses: []Status{StatusUnhealthy, StatusUnknown}},
+	} {
+		for _, desc := range []bool{false, true} {
+			order := Order{Field: OrderName, Desc: desc}
+			const first = 2
+			s.mu.RLock()
+			p, err := s.x.compile(s.db.Txn(false), &f, admin)
+			mustNoErr(t, err)
+			src, live := p.bestSource(), len(s.x.rows)-len(s.x.free)
+			s.mu.RUnlock()
+			if !src.exact || src.has == nil || src.est*src.est < exactScanRatio*first*live {
+				t.Fatalf("%+v: source exact=%v has=%v est=%d: the planner would not walk it", f, src.exact, src.has != nil, src.est)
+			}
+			var want []Object
+			for _, o := range model {
+				if refMatch(t, f, admin, &o) {
+					want = append(want, o)
+				}
+			}
+			slices.SortFunc(want, func(x, y Object) int { return refCompare(order, &x, &y) })
+			var got []Object
+			for after := ""; len(got) < 40; {
+				p, err := s.Query(ctxb, Query{Filter: f, Order: order, First: first, After: after, Access: admin})
+				mustNoErr(t, err)
+				if p.TotalCount != len(want) {
+					t.Fatalf("%+v: total %d, want %d", f, p.TotalCount, len(want))
+				}
+				for _, e := range p.Edges {
+					got = append(got, *e.Object)
+				}
+				if !p.HasNextPage {
+					break
+				}
+				after = p.Edges[len(p.Edges)-1].Cursor
+			}
+			for j := range got {
+				if got[j].Key() != want[j].Key() {
+					t.Fatalf("%+v desc=%v: row %d = %s, want %s", f, desc, j, got[j].Key(), want[j].Key())
+				}
+			}
+		}
+	}
+}
+
 func drainObjects(t *testing.T, s *Store) []*Object {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

@@ -10,6 +10,9 @@ type source struct {
 	est   int
 	exact bool
 	each  func(fn func(rid uint32) bool)
+	// has reports whether the source yields rid; nil when testing
+	// membership is not cheap. A walk tests it before loading a row.
+	has func(rid uint32) bool
 }
 
 // bestSource returns the smallest candidate source for the plan.
@@ -46,14 +49,28 @@ func (x *objIndex) unionSource(lists []*postings) source {
 	for _, l := range lists {
 		n += l.len()
 	}
-	return source{est: n, each: func(fn func(rid uint32) bool) {
+	s := source{est: n, each: func(fn func(rid uint32) bool) {
 		for _, l := range lists {
 			if !l.each(fn) {
 				return
 			}
 		}
 	}}
+	if len(lists) <= maxHasLists {
+		s.has = func(rid uint32) bool {
+			for _, l := range lists {
+				if l.has(rid) {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	return s
 }
+
+// maxHasLists bounds the posting lists a source's membership test probes.
+const maxHasLists = 8
 
 // kindStatusSource is the union of the (kind, status) posting lists the
 // kind and status filters allow.
