@@ -84,7 +84,7 @@ func TestEdgeEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	users, err := authz.ParseStaticTokens(strings.NewReader("alice-token,alice,1\nbob-token,bob,2\n"), "test")
+	users, err := authz.ParseStaticTokens(strings.NewReader("alice-token,alice,1\nbob-token,bob,2\n"), "test", authz.Naming{})
 	if err != nil {
 		t.Fatal(err)
 	}

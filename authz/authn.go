@@ -25,6 +25,10 @@ var (
 	// authenticator accepted it. Such a request is never treated as
 	// anonymous, as in kube-apiserver.
 	ErrInvalidToken = errors.New("invalid bearer token")
+	// ErrNoCredentials is what a Union returns (wrapped in
+	// ErrUnauthenticated) for a request that presented no credentials any
+	// authenticator handles, when anonymous access is off.
+	ErrNoCredentials = errors.New("no credentials")
 )
 
 // Credentials is what a caller presented. HTTP requests fill it with
@@ -126,5 +130,5 @@ func (u *Union) Authenticate(ctx context.Context, c Credentials) (user.Info, err
 	if u.AllowAnonymous {
 		return &user.DefaultInfo{Name: user.Anonymous, Groups: []string{user.AllUnauthenticated}}, nil
 	}
-	return nil, fmt.Errorf("%w: no credentials", ErrUnauthenticated)
+	return nil, fmt.Errorf("%w: %w", ErrUnauthenticated, ErrNoCredentials)
 }

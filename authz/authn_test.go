@@ -9,7 +9,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/json"
 	"errors"
 	"math/big"
 	"net/http"
@@ -22,8 +21,9 @@ import (
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
-	"github.com/coreos/go-oidc/v3/oidc/oidctest"
 	"go.uber.org/goleak"
+
+	"github.com/fleetgraph/fleetgraph/internal/testissuer"
 )
 
 func TestMain(m *testing.M) {
@@ -42,7 +42,7 @@ token-carol,carol,uid-3,
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	st, err := LoadStaticTokens(path)
+	st, err := OpenTokenFile(path, TokenFileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ token-carol,carol,uid-3,
 			t.Errorf("token %q: got %q %q", tt.token, u.GetName(), u.GetGroups())
 		}
 	}
-	if _, err := LoadStaticTokens(filepath.Join(dir, "missing.csv")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := OpenTokenFile(filepath.Join(dir, "missing.csv"), TokenFileOptions{}); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v", err)
 	}
 }
@@ -88,10 +88,12 @@ func TestStaticTokensMalformed(t *testing.T) {
 		{"empty user", "t1,,1\n", "line 1"},
 		{"duplicate token", "t1,alice,1\nt2,bob,2\nt1,carol,3\n", "line 3"},
 		{"bad quoting", "t1,alice,1\nt2,\"bob,2\n", "line 2"},
+		{"service account user", "t1,alice,1\nt2,system:serviceaccount:kube-system:default,2\n", "line 2"},
+		{"system group", "t1,alice,1,\"devs,system:masters\"\n", "line 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseStaticTokens(strings.NewReader(tt.content), "tokens.csv")
+			_, err := ParseStaticTokens(strings.NewReader(tt.content), "tokens.csv", Naming{})
 			if !errors.Is(err, ErrTokenFile) {
 				t.Fatalf("err %v, want ErrTokenFile", err)
 			}
@@ -102,46 +104,15 @@ func TestStaticTokensMalformed(t *testing.T) {
 	}
 }
 
-// oidcIssuer is a real in-test OIDC issuer: discovery and JWKS over TLS.
-type oidcIssuer struct {
-	srv *httptest.Server
-	key *rsa.PrivateKey
-}
-
-func newOIDCIssuer(t *testing.T) *oidcIssuer {
-	t.Helper()
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &oidctest.Server{PublicKeys: []oidctest.PublicKey{{PublicKey: key.Public(), KeyID: "k1", Algorithm: oidc.RS256}}}
-	srv := httptest.NewTLSServer(s)
-	s.SetIssuer(srv.URL)
-	t.Cleanup(func() {
-		srv.Client().CloseIdleConnections()
-		srv.Close()
-	})
-	return &oidcIssuer{srv: srv, key: key}
-}
-
-func (o *oidcIssuer) token(t *testing.T, key *rsa.PrivateKey, claims map[string]any) string {
-	t.Helper()
-	raw, err := json.Marshal(claims)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return oidctest.SignIDToken(key, "k1", oidc.RS256, string(raw))
-}
-
 func TestOIDC(t *testing.T) {
-	iss := newOIDCIssuer(t)
+	iss := testissuer.New(t)
 	ctx := context.Background()
 	a, err := NewOIDC(ctx, OIDCConfig{
-		IssuerURL:     iss.srv.URL,
+		IssuerURL:     iss.Server.URL,
 		ClientID:      "fleetgraph",
 		UsernameClaim: "email",
 		GroupsClaim:   "groups",
-		HTTPClient:    iss.srv.Client(),
+		HTTPClient:    iss.Server.Client(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +124,7 @@ func TestOIDC(t *testing.T) {
 	now := time.Now()
 	claims := func(mut func(map[string]any)) map[string]any {
 		c := map[string]any{
-			"iss": iss.srv.URL, "aud": "fleetgraph", "sub": "u-1",
+			"iss": iss.Server.URL, "aud": "fleetgraph", "sub": "u-1",
 			"email": "alice@example.com", "email_verified": true,
 			"groups": []string{"devs", "ops"},
 			"iat":    now.Unix(), "exp": now.Add(time.Hour).Unix(),
@@ -166,7 +137,7 @@ func TestOIDC(t *testing.T) {
 	var expired *oidc.TokenExpiredError
 
 	t.Run("good", func(t *testing.T) {
-		u, err := a.Authenticate(ctx, Credentials{Token: iss.token(t, iss.key, claims(nil))})
+		u, err := a.Authenticate(ctx, Credentials{Token: iss.Sign(t, iss.Key, claims(nil))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,13 +150,13 @@ func TestOIDC(t *testing.T) {
 		}
 	})
 	t.Run("single group string", func(t *testing.T) {
-		u, err := a.Authenticate(ctx, Credentials{Token: iss.token(t, iss.key, claims(func(c map[string]any) { c["groups"] = "devs" }))})
+		u, err := a.Authenticate(ctx, Credentials{Token: iss.Sign(t, iss.Key, claims(func(c map[string]any) { c["groups"] = "devs" }))})
 		if err != nil || !slices.Equal(u.GetGroups(), []string{"devs"}) {
 			t.Fatalf("got %v, %v", u, err)
 		}
 	})
 	t.Run("expired", func(t *testing.T) {
-		_, err := a.Authenticate(ctx, Credentials{Token: iss.token(t, iss.key, claims(func(c map[string]any) {
+		_, err := a.Authenticate(ctx, Credentials{Token: iss.Sign(t, iss.Key, claims(func(c map[string]any) {
 			c["iat"], c["exp"] = now.Add(-2*time.Hour).Unix(), now.Add(-time.Hour).Unix()
 		}))})
 		if !errors.Is(err, ErrOIDC) || !errors.As(err, &expired) {
@@ -193,32 +164,32 @@ func TestOIDC(t *testing.T) {
 		}
 	})
 	t.Run("wrong audience", func(t *testing.T) {
-		_, err := a.Authenticate(ctx, Credentials{Token: iss.token(t, iss.key, claims(func(c map[string]any) { c["aud"] = "someone-else" }))})
+		_, err := a.Authenticate(ctx, Credentials{Token: iss.Sign(t, iss.Key, claims(func(c map[string]any) { c["aud"] = "someone-else" }))})
 		if !errors.Is(err, ErrOIDC) || !strings.Contains(err.Error(), "audience") {
 			t.Fatalf("got %v, want an audience error", err)
 		}
 	})
 	t.Run("wrong signature", func(t *testing.T) {
-		_, err := a.Authenticate(ctx, Credentials{Token: iss.token(t, otherKey, claims(nil))})
+		_, err := a.Authenticate(ctx, Credentials{Token: iss.Sign(t, otherKey, claims(nil))})
 		if !errors.Is(err, ErrOIDC) || !strings.Contains(err.Error(), "signature") {
 			t.Fatalf("got %v, want a signature error", err)
 		}
 	})
 	t.Run("unverified email", func(t *testing.T) {
-		_, err := a.Authenticate(ctx, Credentials{Token: iss.token(t, iss.key, claims(func(c map[string]any) { c["email_verified"] = false }))})
+		_, err := a.Authenticate(ctx, Credentials{Token: iss.Sign(t, iss.Key, claims(func(c map[string]any) { c["email_verified"] = false }))})
 		if !errors.Is(err, ErrOIDC) {
 			t.Fatalf("got %v, want ErrOIDC", err)
 		}
 	})
 	t.Run("missing username claim", func(t *testing.T) {
-		_, err := a.Authenticate(ctx, Credentials{Token: iss.token(t, iss.key, claims(func(c map[string]any) { delete(c, "email") }))})
+		_, err := a.Authenticate(ctx, Credentials{Token: iss.Sign(t, iss.Key, claims(func(c map[string]any) { delete(c, "email") }))})
 		if !errors.Is(err, ErrOIDC) {
 			t.Fatalf("got %v, want ErrOIDC", err)
 		}
 	})
 	t.Run("other issuer or not a JWT is not applicable", func(t *testing.T) {
 		for _, tok := range []string{
-			iss.token(t, iss.key, claims(func(c map[string]any) { c["iss"] = "https://elsewhere.example" })),
+			iss.Sign(t, iss.Key, claims(func(c map[string]any) { c["iss"] = "https://elsewhere.example" })),
 			"opaque-static-token",
 			"a.b.c",
 		} {
@@ -228,7 +199,7 @@ func TestOIDC(t *testing.T) {
 		}
 	})
 	t.Run("discovery failure", func(t *testing.T) {
-		if _, err := NewOIDC(ctx, OIDCConfig{IssuerURL: iss.srv.URL + "/nope", ClientID: "x", HTTPClient: iss.srv.Client()}); err == nil {
+		if _, err := NewOIDC(ctx, OIDCConfig{IssuerURL: iss.Server.URL + "/nope", ClientID: "x", HTTPClient: iss.Server.Client()}); err == nil {
 			t.Fatal("want a discovery error")
 		}
 	})
@@ -396,7 +367,7 @@ func TestRequestHeader(t *testing.T) {
 }
 
 func TestUnion(t *testing.T) {
-	st, err := ParseStaticTokens(strings.NewReader("good,alice,1\n"), "t")
+	st, err := ParseStaticTokens(strings.NewReader("good,alice,1\n"), "t", Naming{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,11 +25,15 @@
 //     the style of kube-apiserver's --oidc-username-prefix, plus the groups
 //     the Kubernetes authenticators add (system:authenticated and the
 //     ServiceAccount groups).
-//   - Authenticators (TokenAuthenticator, RequestAuthenticator): a static
-//     token file in the --token-auth-file format, OIDC ID tokens, and
-//     request-header authentication behind a proxy whose client certificate
-//     chains to a configured CA. Anonymous callers are rejected unless the
-//     Anonymous authenticator is explicitly added.
+//   - Authenticators (Authenticator, combined by Union): a static token
+//     file in the --token-auth-file format (TokenFile, re-read while Run
+//     runs; a removed token's identities are revoked, see Revocable), OIDC
+//     ID tokens, and request-header authentication behind a proxy whose
+//     client certificate chains to a configured CA. Each has its own Naming:
+//     OIDC usernames carry the issuer by default, as kube-apiserver's
+//     --oidc-username-prefix does, and no authenticator may establish a
+//     ServiceAccount or a system: group unless its Naming allows it.
+//     Anonymous callers are rejected unless Union.AllowAnonymous is set.
 //
 // The package reads RBAC rows through small getter interfaces (PolicySource)
 // that *index.Store satisfies; it does not import go-memdb or any Kubernetes

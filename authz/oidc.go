@@ -35,6 +35,20 @@ type OIDCConfig struct {
 	// GroupsClaim, if set, is a claim holding a string or a list of
 	// strings with the user's groups.
 	GroupsClaim string
+	// UsernamePrefix is put in front of every username, as
+	// --oidc-username-prefix does: empty means the default, which is the
+	// issuer URL and "#" for every username claim but "email" (so
+	// "https://issuer.example#alice") and nothing for "email"; "-" means no
+	// prefix at all.
+	UsernamePrefix string
+	// GroupsPrefix is put in front of every group, as --oidc-groups-prefix
+	// does (default none).
+	GroupsPrefix string
+	// AllowSystemNames lets tokens establish usernames and groups that
+	// start with "system:" once the prefixes are applied (see Naming).
+	// Off by default: a token whose claims would make its holder a
+	// ServiceAccount or put it in a system: group is rejected.
+	AllowSystemNames bool
 	// SigningAlgs restricts the accepted signature algorithms. Default:
 	// what discovery advertises.
 	SigningAlgs []string
@@ -50,7 +64,22 @@ type OIDCConfig struct {
 // an unknown key.
 type OIDC struct {
 	cfg      OIDCConfig
+	naming   Naming
 	verifier *oidc.IDTokenVerifier
+}
+
+// OIDCUsernamePrefix returns the username prefix an OIDCConfig applies:
+// its UsernamePrefix, or kube-apiserver's default for it.
+func OIDCUsernamePrefix(cfg OIDCConfig) string {
+	switch {
+	case cfg.UsernamePrefix == "-":
+		return ""
+	case cfg.UsernamePrefix != "":
+		return cfg.UsernamePrefix
+	case cfg.UsernameClaim == "email":
+		return ""
+	}
+	return cfg.IssuerURL + "#"
 }
 
 // NewOIDC reads the issuer's discovery document and returns the
@@ -71,7 +100,8 @@ func NewOIDC(ctx context.Context, cfg OIDCConfig) (*OIDC, error) {
 		return nil, fmt.Errorf("oidc: discovery for %q: %w", cfg.IssuerURL, err)
 	}
 	return &OIDC{
-		cfg: cfg,
+		cfg:    cfg,
+		naming: Naming{UsernamePrefix: OIDCUsernamePrefix(cfg), GroupsPrefix: cfg.GroupsPrefix, AllowSystemNames: cfg.AllowSystemNames},
 		verifier: provider.VerifierContext(ctx, &oidc.Config{
 			ClientID:             cfg.ClientID,
 			SupportedSigningAlgs: cfg.SigningAlgs,
@@ -124,6 +154,9 @@ func (o *OIDC) Authenticate(ctx context.Context, c Credentials) (user.Info, erro
 			}
 			u.Groups = groups
 		}
+	}
+	if err := o.naming.apply(u); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrOIDC, err)
 	}
 	return &expiringUser{DefaultInfo: u, expires: tok.Expiry}, nil
 }

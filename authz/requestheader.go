@@ -35,6 +35,10 @@ type RequestHeaderConfig struct {
 	// ExtraHeaderPrefixes fill user extras, for example
 	// X-Remote-Extra-Scopes. Default X-Remote-Extra-.
 	ExtraHeaderPrefixes []string
+	// Naming prefixes the proxy's users and groups and says whether the
+	// proxy may assert system: names (by default it may not: a request
+	// naming a ServiceAccount or a system: group is rejected).
+	Naming Naming
 }
 
 // RequestHeader trusts identity headers set by an authenticating proxy, and
@@ -90,6 +94,9 @@ func (h *RequestHeader) Authenticate(_ context.Context, c Credentials) (user.Inf
 			}
 			u.Extra[extraKey] = append(u.Extra[extraKey], values...)
 		}
+	}
+	if err := h.cfg.Naming.apply(u); err != nil {
+		return nil, fmt.Errorf("request-header: %w", err)
 	}
 	return u, nil
 }

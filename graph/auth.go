@@ -26,6 +26,9 @@ type viewer struct {
 	// expires is when the credentials expire (authz.Expiring); zero if
 	// they do not. A websocket closes then.
 	expires time.Time
+	// revoked is closed when the credentials are revoked
+	// (authz.Revocable); nil if they cannot be. A websocket closes then.
+	revoked <-chan struct{}
 }
 
 // Context keys. Each is its own unexported type, so no other package can
@@ -118,6 +121,7 @@ func (s *service) clusterVisible(v *viewer, cluster string) bool {
 func (s *service) newViewer(u user.Info) *viewer {
 	v := &viewer{id: authz.NewIdentity(u)}
 	v.expires, _ = authz.ExpiresAt(u)
+	v.revoked = authz.RevokedChan(u)
 	for _, g := range u.GetGroups() {
 		if slices.Contains(s.adminGroups, g) {
 			v.admin = true
@@ -160,15 +164,15 @@ func (h *Handler) requireAuth(next http.Handler) http.Handler {
 }
 
 // authMessage explains a failed authentication without echoing anything
-// the caller sent.
+// the caller sent or anything a verifier said: whether a token was
+// malformed, expired, signed by an unknown key or for another audience
+// helps an attacker more than a user, whose remedy is the same (get a new
+// token). The reason goes to the debug log.
 func authMessage(err error) string {
-	if errors.Is(err, authz.ErrInvalidToken) {
-		return "authentication failed: the bearer token was not accepted"
+	if errors.Is(err, authz.ErrNoCredentials) {
+		return "authentication required"
 	}
-	if errors.Is(err, authz.ErrUnauthenticated) && !errors.Is(err, authz.ErrNotApplicable) {
-		return "authentication required: " + err.Error()
-	}
-	return "authentication required"
+	return "authentication failed: the credentials were not accepted"
 }
 
 // Close codes of the graphql-transport-ws protocol that gqlgen does not
@@ -184,6 +188,7 @@ const (
 	closeReasonForbidden  = "Forbidden"
 	closeReasonInitTimout = "Connection initialisation timeout"
 	closeReasonExpired    = "Forbidden: credentials expired"
+	closeReasonRevoked    = "Forbidden: credentials revoked"
 )
 
 // wsInit is the websocket InitFunc: it authenticates the connection_init
@@ -201,6 +206,13 @@ func (h *Handler) wsInit(ctx context.Context, p transport.InitPayload) (context.
 	if err == nil && !v.expires.IsZero() && !v.expires.After(time.Now()) {
 		err = errors.New("credentials expired")
 	}
+	if err == nil && v.revoked != nil {
+		select {
+		case <-v.revoked:
+			err = errors.New("credentials revoked")
+		default:
+		}
+	}
 	if err != nil {
 		h.metrics.authFailures.WithLabelValues("websocket").Inc()
 		h.log.DebugContext(ctx, "graphql: websocket authentication failed", "err", err)
@@ -208,10 +220,26 @@ func (h *Handler) wsInit(ctx context.Context, p transport.InitPayload) (context.
 		ctx = transport.AppendCloseReason(ctx, closeReasonForbidden)
 		return ctx, nil, errors.New(authMessage(err))
 	}
-	if up, ok := ctx.Value(upgradeKey{}).(*upgrade); ok && up.conn != nil && !v.expires.IsZero() {
-		up.conn.expireAt(v.expires)
+	if up, ok := ctx.Value(upgradeKey{}).(*upgrade); ok && up.conn != nil {
+		if !v.expires.IsZero() {
+			up.conn.expireAt(v.expires)
+		}
+		if revoked := v.revoked; revoked != nil {
+			go closeWhenRevoked(up.conn, revoked)
+		}
 	}
 	return withViewer(ctx, v), nil, nil
+}
+
+// closeWhenRevoked closes a websocket with 4403 when the credentials it
+// was initialized with are revoked (a token removed from the token file),
+// or returns when the socket closes first.
+func closeWhenRevoked(c *wsConn, revoked <-chan struct{}) {
+	select {
+	case <-revoked:
+		_ = c.WriteClose(closeForbidden, closeReasonRevoked)
+	case <-c.closed:
+	}
 }
 
 // tokenFromPayload finds the bearer token in a connection_init payload. It

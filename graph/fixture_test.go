@@ -217,7 +217,7 @@ func newFixtureWith(t testing.TB, store *index.Store, opt ...func(*Options)) *fi
 		f.tokens[name] = tok
 		fmt.Fprintf(&csv, "%s,%s,uid-%s,%q\n", tok, name, name, strings.Join(groups, ","))
 	}
-	st, err := authz.ParseStaticTokens(strings.NewReader(csv.String()), "test tokens")
+	st, err := authz.ParseStaticTokens(strings.NewReader(csv.String()), "test tokens", authz.Naming{AllowSystemNames: true})
 	must(t, err)
 	opts := Options{
 		Store:         store,

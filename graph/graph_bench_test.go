@@ -71,7 +71,7 @@ func BenchmarkGraphFleet(b *testing.B) {
 		tokens[u] = "tok-" + u
 		fmt.Fprintf(&csv, "tok-%s,%s,uid-%s\n", u, u, u)
 	}
-	st, err := authz.ParseStaticTokens(strings.NewReader(csv.String()), "bench tokens")
+	st, err := authz.ParseStaticTokens(strings.NewReader(csv.String()), "bench tokens", authz.Naming{})
 	must(b, err)
 	h, err := NewHandler(Options{
 		Store: store, Authorizer: authz.NewAuthorizer(store, authz.Options{}),
@@ -144,7 +144,7 @@ func BenchmarkQueryQ3(b *testing.B) {
 	p := benchParams{fleet: indextest.Fleet{Clusters: 10, Namespaces: 1000, PerNamespace: 10, Seed: 1}}
 	store := index.New()
 	must(b, benchIngest(context.Background(), store, p))
-	st, err := authz.ParseStaticTokens(strings.NewReader("tok,viewer-q3,uid\n"), "bench tokens")
+	st, err := authz.ParseStaticTokens(strings.NewReader("tok,viewer-q3,uid\n"), "bench tokens", authz.Naming{})
 	must(b, err)
 	h, err := NewHandler(Options{
 		Store: store, Authorizer: authz.NewAuthorizer(store, authz.Options{}),

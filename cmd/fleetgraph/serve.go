@@ -36,8 +36,9 @@ type serveFlags struct {
 	oidcClientID      string
 	oidcUsernameClaim string
 	oidcGroupsClaim   string
-	usernamePrefix    string
-	groupsPrefix      string
+	oidcUsernamePfx   string
+	oidcGroupsPrefix  string
+	allowSystemNames  []string
 	requestHeaderCA   string
 	tlsCert, tlsKey   string
 	adminGroups       []string
@@ -63,8 +64,9 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.oidcClientID, "oidc-client-id", "", "OIDC client id (the audience of ID tokens)")
 	fl.StringVar(&f.oidcUsernameClaim, "oidc-username-claim", "sub", "OIDC claim naming the user")
 	fl.StringVar(&f.oidcGroupsClaim, "oidc-groups-claim", "", "OIDC claim holding the groups")
-	fl.StringVar(&f.usernamePrefix, "username-prefix", "", "prefix put before usernames when evaluating cluster RBAC, like --oidc-username-prefix")
-	fl.StringVar(&f.groupsPrefix, "groups-prefix", "", "prefix put before groups when evaluating cluster RBAC, like --oidc-groups-prefix")
+	fl.StringVar(&f.oidcUsernamePfx, "oidc-username-prefix", "", "prefix put before OIDC usernames, as kube-apiserver's flag of that name: default the issuer URL and '#' (none for the email claim); '-' for no prefix")
+	fl.StringVar(&f.oidcGroupsPrefix, "oidc-groups-prefix", "", "prefix put before OIDC groups, as kube-apiserver's flag of that name")
+	fl.StringSliceVar(&f.allowSystemNames, "allow-system-names", nil, "authenticators (tokens-file, oidc, requestheader) whose users may be ServiceAccounts or carry system: groups; by default such identities are refused")
 	fl.StringVar(&f.requestHeaderCA, "requestheader-client-ca-file", "", "trust X-Remote-User/X-Remote-Group from clients whose certificate this CA signed (needs --tls-cert-file)")
 	fl.StringVar(&f.tlsCert, "tls-cert-file", "", "serve HTTPS with this certificate")
 	fl.StringVar(&f.tlsKey, "tls-private-key-file", "", "private key of --tls-cert-file")
@@ -106,11 +108,10 @@ is required.`,
 
 // serve runs a fleetgraph server for the given clusters until ctx ends.
 func serve(ctx context.Context, f *serveFlags, specs []connection.Spec) error {
-	authn, err := f.authenticator(ctx)
+	authn, tokens, err := f.authenticator(ctx)
 	if err != nil {
 		return err
 	}
-	mapping := authz.Mapping{UsernamePrefix: f.usernamePrefix, GroupsPrefix: f.groupsPrefix}
 	var edgeTokens edge.Tokens
 	if f.edgeTokensFile != "" {
 		if edgeTokens, err = edge.LoadTokenFile(f.edgeTokensFile, slog.Default()); err != nil {
@@ -121,7 +122,7 @@ func serve(ctx context.Context, f *serveFlags, specs []connection.Spec) error {
 		EdgeTokens: edgeTokens,
 		Clusters:   specs, Kinds: f.kinds, ExtraKinds: f.extraKinds,
 		Namespaces: f.namespaces, ExcludeNamespaces: f.excludeNamespaces, Relist: f.relist,
-		Authenticator: authn, Authz: authz.Options{DefaultMapping: mapping}, AdminGroups: f.adminGroups,
+		Authenticator: authn, AdminGroups: f.adminGroups,
 		Graph: graph.Options{DisableIntrospection: f.noIntrospection, Websocket: graph.WebsocketOptions{OriginPatterns: f.originPatterns}},
 	})
 	if err != nil {
@@ -130,8 +131,12 @@ func serve(ctx context.Context, f *serveFlags, specs []connection.Spec) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make(chan error, 3)
+	errs := make(chan error, 4)
 	running := 1
+	if tokens != nil {
+		running++
+		go func() { tokens.Run(ctx); errs <- nil }()
+	}
 	if f.secretNamespace != "" {
 		source, err := f.secretSource(srv.Manager())
 		if err != nil {
@@ -181,47 +186,72 @@ func serve(ctx context.Context, f *serveFlags, specs []connection.Spec) error {
 	return errors.Join(runErr, httpServer.Shutdown(shutdownCtx))
 }
 
-// authenticator builds the union of the configured authenticators.
-func (f *serveFlags) authenticator(ctx context.Context) (authz.Authenticator, error) {
+// The authenticators --allow-system-names may name.
+const (
+	authnTokensFile    = "tokens-file"
+	authnOIDC          = "oidc"
+	authnRequestHeader = "requestheader"
+)
+
+// authenticator builds the union of the configured authenticators, each
+// with its own naming. The token file, if any, is returned too: serve
+// keeps it in step with the file.
+func (f *serveFlags) authenticator(ctx context.Context) (authz.Authenticator, *authz.TokenFile, error) {
+	allowSystem := map[string]bool{}
+	for _, a := range f.allowSystemNames {
+		switch a {
+		case authnTokensFile, authnOIDC, authnRequestHeader:
+			allowSystem[a] = true
+		default:
+			return nil, nil, fmt.Errorf("--allow-system-names: unknown authenticator %q (want %s, %s or %s)", a, authnTokensFile, authnOIDC, authnRequestHeader)
+		}
+	}
 	union := &authz.Union{AllowAnonymous: f.allowAnonymous}
+	var tokens *authz.TokenFile
 	if f.tokensFile != "" {
-		tokens, err := authz.LoadStaticTokens(f.tokensFile)
+		var err error
+		tokens, err = authz.OpenTokenFile(f.tokensFile, authz.TokenFileOptions{Naming: authz.Naming{AllowSystemNames: allowSystem[authnTokensFile]}})
+		if errors.Is(err, authz.ErrReservedName) {
+			err = fmt.Errorf("%w (to allow such identities from this file: --allow-system-names=%s)", err, authnTokensFile)
+		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		union.Authenticators = append(union.Authenticators, tokens)
 	}
 	if f.oidcIssuer != "" {
 		if f.oidcClientID == "" {
-			return nil, errors.New("--oidc-issuer needs --oidc-client-id")
+			return nil, nil, errors.New("--oidc-issuer needs --oidc-client-id")
 		}
 		o, err := authz.NewOIDC(ctx, authz.OIDCConfig{
 			IssuerURL: f.oidcIssuer, ClientID: f.oidcClientID,
 			UsernameClaim: f.oidcUsernameClaim, GroupsClaim: f.oidcGroupsClaim,
+			UsernamePrefix: f.oidcUsernamePfx, GroupsPrefix: f.oidcGroupsPrefix,
+			AllowSystemNames: allowSystem[authnOIDC],
 		})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		union.Authenticators = append(union.Authenticators, o)
 	}
 	if f.requestHeaderCA != "" {
 		if f.tlsCert == "" {
-			return nil, errors.New("--requestheader-client-ca-file needs --tls-cert-file: proxies prove themselves with client certificates")
+			return nil, nil, errors.New("--requestheader-client-ca-file needs --tls-cert-file: proxies prove themselves with client certificates")
 		}
 		pool, err := loadCertPool(f.requestHeaderCA)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		rh, err := authz.NewRequestHeader(authz.RequestHeaderConfig{ClientCA: pool})
+		rh, err := authz.NewRequestHeader(authz.RequestHeaderConfig{ClientCA: pool, Naming: authz.Naming{AllowSystemNames: allowSystem[authnRequestHeader]}})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		union.Authenticators = append(union.Authenticators, rh)
 	}
 	if len(union.Authenticators) == 0 && !f.allowAnonymous {
-		return nil, errors.New("no authenticator: give --tokens-file, --oidc-issuer or --requestheader-client-ca-file (or --allow-anonymous)")
+		return nil, nil, errors.New("no authenticator: give --tokens-file, --oidc-issuer or --requestheader-client-ca-file (or --allow-anonymous)")
 	}
-	return union, nil
+	return union, tokens, nil
 }
 
 func (f *serveFlags) tlsConfig() (*tls.Config, error) {

@@ -33,10 +33,11 @@ func TestServeFlagErrors(t *testing.T) {
 		{"missing token file", serveFlags{tokensFile: "/nonexistent/tokens.csv"}, "tokens.csv"},
 		{"oidc without client id", serveFlags{oidcIssuer: "https://issuer.example"}, "--oidc-client-id"},
 		{"request header without TLS", serveFlags{requestHeaderCA: "ca.pem"}, "--tls-cert-file"},
+		{"unknown authenticator allowed system names", serveFlags{tokensFile: "t.csv", allowSystemNames: []string{"ldap"}}, `unknown authenticator "ldap"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := tc.f.authenticator(t.Context())
+			_, _, err := tc.f.authenticator(t.Context())
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error mentioning %q", err, tc.want)
 			}
