@@ -16,7 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gorilla/websocket"
+	"github.com/coder/websocket"
 	"k8s.io/client-go/rest"
 
 	"github.com/fleetgraph/fleetgraph/collector"
@@ -391,32 +391,34 @@ func (a *Agent) session(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("edge token: %w", err)
 	}
-	dialer := websocket.Dialer{
-		Proxy: http.ProxyFromEnvironment, HandshakeTimeout: DefaultHelloTimeout, NetDialContext: a.opts.Dial,
-		TLSClientConfig: a.opts.TLS, EnableCompression: true, Subprotocols: []string{Subprotocol},
-	}
-	conn, resp, err := dialer.DialContext(ctx, a.url, nil)
-	if resp != nil && resp.Body != nil {
-		_ = resp.Body.Close() // only the status matters
-	}
+	conn := newConn()
+	dialCtx, cancel := context.WithTimeout(ctx, DefaultHelloTimeout)
+	defer cancel()
+	ws, resp, err := websocket.Dial(dialCtx, a.url, &websocket.DialOptions{
+		HTTPClient: &http.Client{Transport: &http.Transport{
+			Proxy: http.ProxyFromEnvironment, DialContext: a.opts.Dial, TLSClientConfig: a.opts.TLS,
+		}},
+		Subprotocols:    []string{Subprotocol},
+		CompressionMode: websocket.CompressionNoContextTakeover,
+		OnPongReceived:  conn.pong,
+	})
 	if err != nil {
 		if resp != nil {
 			return false, fmt.Errorf("connect to %s: HTTP %s: %w", a.url, resp.Status, err)
 		}
 		return false, fmt.Errorf("connect to %s: %w", a.url, err)
 	}
-	defer func() { _ = conn.Close() }() // idempotent; the session closed it already unless the handshake failed
-	conn.EnableWriteCompression(true)
-	conn.SetReadLimit(wireLimit(DefaultMaxMessageBytes))
+	conn.ws = ws
+	defer conn.closeNow() // idempotent; the session closed it already unless the handshake failed
 
 	hello := &Message{Type: TypeHello, Seq: 1, Time: time.Now(), Hello: &Hello{
 		Version: ProtocolVersion, Cluster: a.opts.Cluster, Instance: a.opts.Instance, Token: token,
 		Metadata: a.currentMetadata(),
 	}}
-	if _, err := writeMessage(conn, hello); err != nil {
+	if _, err := conn.write(hello); err != nil {
 		return false, err
 	}
-	m, _, err := readMessage(conn, DefaultMaxMessageBytes, DefaultHelloTimeout)
+	m, _, err := conn.read(DefaultMaxMessageBytes, DefaultHelloTimeout)
 	if err != nil {
 		if rej, ok := closeReason(err); ok {
 			return false, rej

@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gorilla/websocket"
-
 	"github.com/fleetgraph/fleetgraph/index"
 )
 
@@ -26,7 +24,7 @@ import (
 // connection and waits for every other goroutine before returning.
 type agentSession struct {
 	a       *Agent
-	conn    *websocket.Conn
+	conn    *conn
 	ctx     context.Context // ends with the session; detail requests use it
 	maxMsg  int
 	window  chan struct{} // tokens: full when nothing is unacknowledged
@@ -43,7 +41,7 @@ type agentSession struct {
 	snapID  uint64        // owned by run
 }
 
-func newAgentSession(a *Agent, conn *websocket.Conn, w *Welcome) *agentSession {
+func newAgentSession(a *Agent, conn *conn, w *Welcome) *agentSession {
 	s := &agentSession{
 		a: a, conn: conn, maxMsg: w.MaxMessageBytes,
 		window: make(chan struct{}, w.Window), done: make(chan struct{}), sem: make(chan struct{}, maxDetailWorkers),
@@ -71,9 +69,6 @@ func (s *agentSession) run(ctx context.Context) error {
 	buf := s.a.buf
 	buf.setConnected(true)
 	defer buf.setConnected(false)
-	s.conn.SetPongHandler(func(string) error {
-		return s.conn.SetReadDeadline(time.Now().Add(s.a.opts.PongWait))
-	})
 	readDone := make(chan struct{})
 	go func() {
 		defer close(readDone)
@@ -87,21 +82,12 @@ func (s *agentSession) run(ctx context.Context) error {
 		err = ctx.Err()
 	}
 	s.fail(err)
-	if rej := asReject(s.err); rej != nil && !isPeerReject(s.err) {
+	var rej *Reject // nil: close normally
+	if r := asReject(s.err); r != nil && !isPeerReject(s.err) {
+		rej = r
 		s.writeReject(rej) // our complaint about the manager
-		sendClose(s.conn, rej)
-	} else {
-		_ = s.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""),
-			time.Now().Add(controlTimeout)) // best effort: the manager may be gone
 	}
-	// The reader ends when the manager answers the close frame.
-	grace := time.NewTimer(closeGrace)
-	select {
-	case <-readDone:
-	case <-grace.C:
-	}
-	grace.Stop()
-	_ = s.conn.Close() // frees the socket; its error says nothing new
+	s.conn.closeWith(rej) // best effort: the manager may be gone
 	<-readDone
 	cancel()
 	bg.Wait()
@@ -119,7 +105,7 @@ func (s *agentSession) writeReject(r *Reject) {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	s.seq++
-	if _, err := writeMessage(s.conn, &Message{Type: TypeReject, Seq: s.seq, Time: time.Now(), Reject: r}); err != nil {
+	if _, err := s.conn.write(&Message{Type: TypeReject, Seq: s.seq, Time: time.Now(), Reject: r}); err != nil {
 		s.a.log.Debug("writing reject failed", "err", err)
 	}
 }
@@ -196,7 +182,7 @@ func (s *agentSession) send(ctx context.Context, m *Message) error {
 	s.seq++
 	m.Seq, m.Time = s.seq, time.Now()
 	s.sent.Store(s.seq)
-	n, err := writeMessage(s.conn, m)
+	n, err := s.conn.write(m)
 	if err != nil {
 		s.fail(err)
 		return err
@@ -328,7 +314,7 @@ func (s *agentSession) sendDelta(ctx context.Context, ups []index.Object, dels [
 func (s *agentSession) readLoop() {
 	expect := uint64(2) // the Welcome was 1
 	for {
-		m, _, err := readMessage(s.conn, DefaultMaxMessageBytes, s.a.opts.PongWait)
+		m, _, err := s.conn.read(DefaultMaxMessageBytes, s.a.opts.PongWait)
 		if err != nil {
 			if rej, ok := closeReason(err); ok {
 				err = rej

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorilla/websocket"
+	"github.com/coder/websocket"
 	"go.uber.org/goleak"
 
 	"github.com/fleetgraph/fleetgraph/connection/internal/conntest"
@@ -89,22 +89,29 @@ func newHubHarness(t testing.TB, opts HubOptions) *hubHarness {
 // would.
 type rawClient struct {
 	t    *testing.T
-	conn *websocket.Conn
+	conn *conn
 	seq  uint64
 }
 
-func dialRaw(t *testing.T, url string) *rawClient {
+// dialRaw dials the hub, with compression unless a mode is given.
+func dialRaw(t *testing.T, url string, compression ...websocket.CompressionMode) *rawClient {
 	t.Helper()
-	d := websocket.Dialer{EnableCompression: true, Subprotocols: []string{Subprotocol}, HandshakeTimeout: 5 * time.Second}
-	conn, resp, err := d.Dial(url, nil)
-	if resp != nil {
-		_ = resp.Body.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c := newConn()
+	mode := websocket.CompressionNoContextTakeover
+	if len(compression) > 0 {
+		mode = compression[0]
 	}
+	ws, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{ //nolint:bodyclose // coder closes it
+		Subprotocols: []string{Subprotocol}, CompressionMode: mode, OnPongReceived: c.pong,
+	})
 	if err != nil {
 		t.Fatalf("dial %s: %v", url, err)
 	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return &rawClient{t: t, conn: conn}
+	c.ws = ws
+	t.Cleanup(c.closeNow)
+	return &rawClient{t: t, conn: c}
 }
 
 // send numbers and writes a message.
@@ -115,13 +122,13 @@ func (c *rawClient) send(m *Message) {
 		m.Seq = c.seq
 	}
 	m.Time = time.Now()
-	if _, err := writeMessage(c.conn, m); err != nil {
+	if _, err := c.conn.write(m); err != nil {
 		c.t.Fatalf("send %s: %v", m.Type, err)
 	}
 }
 
 func (c *rawClient) read() (*Message, error) {
-	m, _, err := readMessage(c.conn, DefaultMaxMessageBytes, 10*time.Second)
+	m, _, err := c.conn.read(DefaultMaxMessageBytes, 10*time.Second)
 	return m, err
 }
 
@@ -179,12 +186,12 @@ func (c *rawClient) expectReject(reason Reason) {
 		c.t.Fatalf("rejected with %s (%s), want %s", rej.Reason, rej.Message, reason)
 	}
 	_, err := c.read()
-	var ce *websocket.CloseError
+	var ce websocket.CloseError
 	if !errors.As(err, &ce) {
 		c.t.Fatalf("after the reject: %v, want a close frame", err)
 	}
-	if ce.Code != CloseCode(reason) || !strings.HasPrefix(ce.Text, string(reason)+": ") {
-		c.t.Fatalf("close frame %d %q, want %d %q...", ce.Code, ce.Text, CloseCode(reason), reason)
+	if int(ce.Code) != CloseCode(reason) || !strings.HasPrefix(ce.Reason, string(reason)+": ") {
+		c.t.Fatalf("close frame %d %q, want %d %q...", ce.Code, ce.Reason, CloseCode(reason), reason)
 	}
 }
 
@@ -233,4 +240,11 @@ func names(t *testing.T, store *index.Store, cluster string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// writeRaw writes one message as is.
+func (c *rawClient) writeRaw(typ websocket.MessageType, data []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return c.conn.ws.Write(ctx, typ, data)
 }

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gorilla/websocket"
+	"github.com/coder/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
 
@@ -139,9 +139,8 @@ func setDefault(d *time.Duration, v time.Duration) {
 // is the parent of every session: when it ends, sessions close with
 // ReasonShutdown, and Run returns after the last handler has.
 type Hub struct {
-	opts     HubOptions
-	metrics  *hubMetrics
-	upgrader websocket.Upgrader
+	opts    HubOptions
+	metrics *hubMetrics
 
 	mu      sync.Mutex
 	ctx     context.Context // set by Run
@@ -173,15 +172,6 @@ func NewHub(opts HubOptions) (*Hub, error) {
 	}
 	opts.setDefaults()
 	h := &Hub{opts: opts, metrics: newHubMetrics(), claims: map[string]*claim{}}
-	h.upgrader = websocket.Upgrader{
-		HandshakeTimeout:  opts.HelloTimeout,
-		EnableCompression: true,
-		Subprotocols:      []string{Subprotocol},
-		// Edges are programs, not pages: a request with an Origin
-		// header comes from a browser and is refused, so no web page
-		// can open an edge session with a visitor's network position.
-		CheckOrigin: func(r *http.Request) bool { return r.Header.Get("Origin") == "" },
-	}
 	if opts.Registerer != nil {
 		if err := h.metrics.register(opts.Registerer); err != nil {
 			return nil, err
@@ -215,6 +205,13 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "edge sessions are websockets: use GET with an upgrade", http.StatusMethodNotAllowed)
 		return
 	}
+	if r.Header.Get("Origin") != "" {
+		// Edges are programs, not pages: a request with an Origin
+		// header comes from a browser and is refused, so no web page
+		// can open an edge session with a visitor's network position.
+		http.Error(w, "edge sessions are not opened from web pages (the request has an Origin header)", http.StatusForbidden)
+		return
+	}
 	h.mu.Lock()
 	ctx, running := h.ctx, h.ctx != nil && !h.stopped
 	if running {
@@ -226,19 +223,25 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer h.wg.Done()
-	conn, err := h.upgrader.Upgrade(w, r, nil)
+	conn := newConn()
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		Subprotocols: []string{Subprotocol},
+		// Snapshots are large and repetitive JSON. No context takeover
+		// keeps the cost per connection to one message's window.
+		CompressionMode: websocket.CompressionNoContextTakeover,
+		OnPongReceived:  conn.pong,
+	})
 	if err != nil {
-		// The upgrader has answered with an HTTP error already.
+		// Accept has answered with an HTTP error already.
 		h.opts.Logger.Debug("edge upgrade failed", "remote", r.RemoteAddr, "err", err)
 		return
 	}
+	conn.ws = ws
 	h.serve(ctx, conn, r.RemoteAddr)
 }
 
 // serve runs the handshake and, when it succeeds, the session.
-func (h *Hub) serve(ctx context.Context, conn *websocket.Conn, remote string) {
-	conn.SetReadLimit(wireLimit(maxHelloBytes))
-	conn.EnableWriteCompression(true)
+func (h *Hub) serve(ctx context.Context, conn *conn, remote string) {
 	log := h.opts.Logger.With("remote", remote)
 	hello, err := readHello(conn, h.opts.HelloTimeout)
 	if err != nil {
@@ -256,25 +259,25 @@ func (h *Hub) serve(ctx context.Context, conn *websocket.Conn, remote string) {
 
 // refuse answers a failed handshake with a Reject, or just closes the
 // connection when the peer went away.
-func (h *Hub) refuse(conn *websocket.Conn, log *slog.Logger, err error) {
+func (h *Hub) refuse(conn *conn, log *slog.Logger, err error) {
 	h.metrics.handshakes.WithLabelValues("reject").Inc()
 	rej := asReject(err)
 	if rej == nil {
 		log.Debug("edge handshake failed", "err", err)
-		_ = conn.Close() // the peer is gone; there is no one to tell
+		conn.closeNow() // the peer is gone; there is no one to tell
 		return
 	}
 	h.metrics.rejects.WithLabelValues(string(rej.Reason)).Inc()
 	log.Warn("edge rejected", "reason", rej.Reason, "message", rej.Message)
-	if _, err := writeMessage(conn, &Message{Type: TypeReject, Seq: 1, Time: time.Now(), Reject: rej}); err != nil {
+	if _, err := conn.write(&Message{Type: TypeReject, Seq: 1, Time: time.Now(), Reject: rej}); err != nil {
 		log.Debug("writing reject failed", "err", err)
 	}
-	closeWith(conn, rej)
+	conn.closeWith(rej)
 }
 
 // readHello reads and checks the first message of a session.
-func readHello(conn *websocket.Conn, timeout time.Duration) (*Hello, error) {
-	m, _, err := readMessage(conn, maxHelloBytes, timeout)
+func readHello(conn *conn, timeout time.Duration) (*Hello, error) {
+	m, _, err := conn.read(maxHelloBytes, timeout)
 	if err != nil {
 		return nil, err
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorilla/websocket"
+	"github.com/coder/websocket"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fleetgraph/fleetgraph/connection/internal/conntest"
@@ -35,7 +35,7 @@ func TestClaims(t *testing.T) {
 	}
 
 	// The first edge goes away: DISCONNECTED once, rows kept and stale.
-	_ = first.conn.Close()
+	first.conn.closeNow()
 	h.rec.WaitFor(t, "edge-a", index.StateDisconnected, 1, 5*time.Second)
 	released := time.Now()
 	if got := names(t, h.store, "edge-a"); len(got) != 3 {
@@ -59,7 +59,7 @@ func TestClaims(t *testing.T) {
 	if got := names(t, h.store, "edge-a"); len(got) != 2 {
 		t.Fatalf("rows after the reclaim's snapshot: %v, want the 2 it sent (no leftovers)", got)
 	}
-	_ = same.conn.Close()
+	same.conn.closeNow()
 	h.rec.WaitFor(t, "edge-a", index.StateDisconnected, 2, 5*time.Second)
 
 	// After the grace period anyone with the token may claim.
@@ -112,12 +112,12 @@ func TestBadInput(t *testing.T) {
 			c.send(&Message{Type: TypeAck, Ack: &Ack{Seq: 1}})
 		}},
 		{name: "malformed frame", reason: ReasonMalformed, bad: func(t *testing.T, c *rawClient) {
-			if err := c.conn.WriteMessage(websocket.TextMessage, []byte(`{"type":"delta","seq":3,`)); err != nil {
+			if err := c.writeRaw(websocket.MessageText, []byte(`{"type":"delta","seq":3,`)); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{name: "binary frame", reason: ReasonMalformed, bad: func(t *testing.T, c *rawClient) {
-			if err := c.conn.WriteMessage(websocket.BinaryMessage, []byte{1, 2, 3}); err != nil {
+			if err := c.writeRaw(websocket.MessageBinary, []byte{1, 2, 3}); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -133,15 +133,14 @@ func TestBadInput(t *testing.T) {
 		{name: "oversize message", reason: ReasonOversize, bad: func(t *testing.T, c *rawClient) {
 			c.send(&Message{Type: TypeDelta, Delta: &Delta{Upserts: rawRows(t, testRows("edge-c", 1000, "9"))}})
 		}},
-		{name: "oversize on the wire", reason: ReasonOversize, bad: func(t *testing.T, c *rawClient) {
-			c.conn.EnableWriteCompression(false)
+		{name: "incompressible oversize", reason: ReasonOversize, bad: func(t *testing.T, c *rawClient) {
 			noise := make([]byte, 200<<10)
 			for i := range noise {
 				noise[i] = byte('a' + (i*7919)%26)
 			}
 			// The manager stops reading mid-message; the write may
 			// or may not finish before it closes.
-			_ = c.conn.WriteMessage(websocket.TextMessage, noise)
+			_ = c.writeRaw(websocket.MessageText, noise)
 		}},
 		{name: "sequence gap", reason: ReasonSequenceGap, bad: func(t *testing.T, c *rawClient) {
 			c.seq++ // skip one

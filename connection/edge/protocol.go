@@ -12,7 +12,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/gorilla/websocket"
+	"github.com/coder/websocket"
 
 	"github.com/fleetgraph/fleetgraph/index"
 )
@@ -148,8 +148,8 @@ var closeCodes = map[Reason]int{
 	ReasonWrongCluster:   4006,
 	ReasonSequenceGap:    4007,
 	ReasonSuperseded:     4008,
-	ReasonOversize:       websocket.CloseMessageTooBig,
-	ReasonShutdown:       websocket.CloseGoingAway,
+	ReasonOversize:       int(websocket.StatusMessageTooBig),
+	ReasonShutdown:       int(websocket.StatusGoingAway),
 }
 
 // CloseCode returns the websocket close code sent with a reason.
@@ -157,7 +157,7 @@ func CloseCode(r Reason) int {
 	if c, ok := closeCodes[r]; ok {
 		return c
 	}
-	return websocket.ClosePolicyViolation
+	return int(websocket.StatusPolicyViolation)
 }
 
 // Reject refuses a Hello or ends a session. The connection is closed right

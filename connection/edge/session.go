@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gorilla/websocket"
-
 	"github.com/fleetgraph/fleetgraph/index"
 )
 
@@ -26,14 +24,14 @@ var errSessionEnded = errors.New("edge session ended")
 // sequence numbers and hands messages over through queue, whose capacity is
 // the edge's window, so it never blocks on a well-behaved edge; pingLoop
 // sends keep-alive pings. Writes of messages are serialized by writeMu;
-// control frames may be written concurrently (gorilla allows it). end may
+// pings may be written concurrently (conn allows it). end may
 // be called from any goroutine; the first error wins. run closes the
 // connection, waits for readLoop and pingLoop, fails pending detail
 // requests, writes DISCONNECTED, releases the claim, and closes done, in
 // that order.
 type session struct {
 	h        *Hub
-	conn     *websocket.Conn
+	conn     *conn
 	hello    *Hello
 	cluster  string
 	id       string
@@ -72,7 +70,7 @@ type pendingSnapshot struct {
 	bytes    int
 }
 
-func newSession(h *Hub, conn *websocket.Conn, hello *Hello) *session {
+func newSession(h *Hub, conn *conn, hello *Hello) *session {
 	id := randomID()
 	return &session{
 		h: h, conn: conn, hello: hello, cluster: hello.Cluster, id: id,
@@ -96,7 +94,7 @@ func (s *session) write(m *Message) error {
 	defer s.writeMu.Unlock()
 	s.outSeq++
 	m.Seq, m.Time = s.outSeq, time.Now()
-	n, err := writeMessage(s.conn, m)
+	n, err := s.conn.write(m)
 	s.h.metrics.bytesOut.WithLabelValues(s.cluster).Add(float64(n))
 	return err
 }
@@ -107,10 +105,6 @@ func (s *session) run(ctx context.Context) {
 	m := s.h.metrics
 	m.sessions.Inc()
 	defer m.sessions.Dec()
-	s.conn.SetReadLimit(wireLimit(s.h.opts.MaxMessageBytes))
-	s.conn.SetPongHandler(func(string) error {
-		return s.conn.SetReadDeadline(time.Now().Add(s.h.opts.PongWait))
-	})
 
 	err := s.write(&Message{Type: TypeWelcome, Welcome: &Welcome{
 		Version: ProtocolVersion, Session: s.id, MaxMessageBytes: s.h.opts.MaxMessageBytes, Window: s.h.opts.Window,
@@ -137,29 +131,19 @@ func (s *session) run(ctx context.Context) {
 			if werr := s.write(&Message{Type: TypeReject, Reject: rej}); werr != nil {
 				s.log.Debug("writing reject failed", "err", werr)
 			}
-			sendClose(s.conn, rej)
+			// Waits for the edge's close frame (the reader sees it), so
+			// the Reject is not lost to a reset.
+			s.conn.closeWith(rej)
 		} else {
-			_ = s.conn.Close() // the connection failed already; this only frees it
+			s.conn.closeNow() // the connection failed already; this only frees it
 		}
-		// Let the reader see the edge's close frame, or read the rest
-		// of what the edge sent, so the Reject is not lost to a reset.
-		grace := time.NewTimer(closeGrace)
-		select {
-		case <-readDone:
-			if rej != nil {
-				drain(s.conn, time.Now().Add(closeGrace))
-			}
-		case <-grace.C:
-		}
-		grace.Stop()
-		_ = s.conn.Close() // frees the socket, ending the reader if it still runs
 		<-readDone
 		stopPing()
 		<-pingDone
 	}
-	_ = s.conn.Close() // idempotent; covers a failed welcome
+	s.conn.closeNow() // idempotent; covers a failed welcome
 	s.failPending()
-	if websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway) || ctx.Err() != nil {
+	if normalClose(err) || ctx.Err() != nil {
 		s.log.Info("edge session ended", "err", err)
 	} else {
 		s.log.Warn("edge session ended", "err", err)
@@ -175,7 +159,7 @@ func (s *session) run(ctx context.Context) {
 func (s *session) readLoop() {
 	expect := uint64(2) // the Hello was 1
 	for {
-		m, n, err := readMessage(s.conn, s.h.opts.MaxMessageBytes, s.h.opts.PongWait)
+		m, n, err := s.conn.read(s.h.opts.MaxMessageBytes, s.h.opts.PongWait)
 		s.h.metrics.bytesIn.WithLabelValues(s.cluster).Add(float64(n))
 		if err != nil {
 			var re *RejectError

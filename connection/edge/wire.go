@@ -7,9 +7,10 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
-	"github.com/gorilla/websocket"
+	"github.com/coder/websocket"
 )
 
 const (
@@ -17,57 +18,80 @@ const (
 	// a 4 MiB message within it is gone or hopelessly slow; the session
 	// ends and the edge resyncs.
 	writeTimeout = 30 * time.Second
-	// controlTimeout bounds a ping or close frame write.
-	controlTimeout = 5 * time.Second
 )
 
-// wireLimit is the read limit given to gorilla, which counts bytes on the
-// wire, before decompression. It is a safety net above the real limit
-// (checked after decompression by readMessage) so that the real one, which
-// can say why, is the one that normally triggers. Deflate never grows data
-// by more than a few bytes per 16 KiB block.
-func wireLimit(maxMessage int) int64 { return int64(maxMessage) + int64(maxMessage)/64 + 4096 }
-
-// deadlineReader pushes the connection's read deadline forward whenever
-// data arrives, so a large message on a slow link is not cut off by the
-// keep-alive deadline while it is still flowing.
-type deadlineReader struct {
-	r    io.Reader
-	conn *websocket.Conn
-	wait time.Duration
+// conn is one end of an edge websocket, either side, over coder/websocket
+// (the one websocket library of the module, which gqlgen's transport
+// already imports). It adds what the protocol needs on top: a read limit
+// that says why, a liveness rule, bounded writes and a close that sends
+// the Reject's reason.
+//
+// Liveness: a read fails when nothing has been heard from the peer for
+// the wait it was given. Decoded bytes of a message count, and so do pongs
+// between messages (a ping goes unanswered while the peer is busy writing
+// a large message; its bytes keep the session alive instead). Pongs do not
+// count in the middle of a message, so a peer cannot hold a read open
+// forever with frames that decompress to nothing.
+//
+// Concurrency: one goroutine reads (read, or close's wait for the peer);
+// writes and pings may come from any goroutine.
+type conn struct {
+	ws     *websocket.Conn
+	ctx    context.Context // the parent of every read; abort ends it
+	abort  context.CancelFunc
+	heardM sync.Mutex
+	heard  func() // resets the current read's liveness timer between messages; nil otherwise
 }
 
-func (d *deadlineReader) Read(p []byte) (int, error) {
-	n, err := d.r.Read(p)
-	if n > 0 {
-		_ = d.conn.SetReadDeadline(time.Now().Add(d.wait)) // fails only on a closed conn, which the next read reports
-	}
-	return n, err
+// newConn returns a conn for a websocket that accept or dial will set,
+// with the pong hook their options need.
+func newConn() *conn {
+	c := &conn{}
+	c.ctx, c.abort = context.WithCancel(context.Background())
+	return c
 }
 
-// readMessage reads the next text message of at most limit bytes after
-// decompression and decodes it. Errors that a Reject can explain are
-// *RejectError; others mean the connection is gone.
-func readMessage(conn *websocket.Conn, limit int, wait time.Duration) (*Message, int, error) {
-	if err := conn.SetReadDeadline(time.Now().Add(wait)); err != nil {
-		return nil, 0, fmt.Errorf("set read deadline: %w", err)
+// pong is the OnPongReceived hook.
+func (c *conn) pong(context.Context, []byte) {
+	c.heardM.Lock()
+	defer c.heardM.Unlock()
+	if c.heard != nil {
+		c.heard()
 	}
-	typ, r, err := conn.NextReader()
+}
+
+// errSilent ends a read when the peer has said nothing for too long.
+type errSilent time.Duration
+
+func (e errSilent) Error() string {
+	return fmt.Sprintf("nothing heard from the peer for %s", time.Duration(e))
+}
+
+// read reads the next text message of at most limit bytes after
+// decompression and decodes it, failing when nothing is heard for wait.
+// Errors that a Reject can explain are *RejectError; others mean the
+// connection is gone (a silent peer's connection is closed).
+func (c *conn) read(limit int, wait time.Duration) (*Message, int, error) {
+	ctx, cancel := context.WithCancelCause(c.ctx)
+	defer cancel(nil)
+	alive := time.AfterFunc(wait, func() { cancel(errSilent(wait)) })
+	defer alive.Stop()
+	reset := func() { alive.Reset(wait) }
+	c.setHeard(reset)
+	// Our own limit below is the one that can say why; this one only
+	// stops coder from reading past it.
+	c.ws.SetReadLimit(int64(limit) + 1)
+	typ, r, err := c.ws.Reader(ctx)
+	c.setHeard(nil)
 	if err != nil {
-		if errors.Is(err, websocket.ErrReadLimit) {
-			return nil, 0, rejectf(ReasonOversize, "message over %d bytes", limit)
-		}
-		return nil, 0, fmt.Errorf("read: %w", err)
+		return nil, 0, readError(ctx, err)
 	}
-	if typ != websocket.TextMessage {
+	if typ != websocket.MessageText {
 		return nil, 0, rejectf(ReasonMalformed, "binary frame; messages are JSON text")
 	}
-	data, err := io.ReadAll(io.LimitReader(&deadlineReader{r: r, conn: conn, wait: wait}, int64(limit)+1))
+	data, err := io.ReadAll(io.LimitReader(&progressReader{r: r, progress: reset}, int64(limit)+1))
 	if err != nil {
-		if errors.Is(err, websocket.ErrReadLimit) {
-			return nil, len(data), rejectf(ReasonOversize, "message over %d bytes", limit)
-		}
-		return nil, len(data), fmt.Errorf("read: %w", err)
+		return nil, len(data), readError(ctx, err)
 	}
 	if len(data) > limit {
 		return nil, len(data), rejectf(ReasonOversize, "message over %d bytes (limit after decompression)", limit)
@@ -76,59 +100,88 @@ func readMessage(conn *websocket.Conn, limit int, wait time.Duration) (*Message,
 	return m, len(data), err
 }
 
-// writeMessage encodes and writes one message. The caller serializes
-// writes and has set Seq and Time.
-func writeMessage(conn *websocket.Conn, m *Message) (int, error) {
+func (c *conn) setHeard(f func()) {
+	c.heardM.Lock()
+	c.heard = f
+	c.heardM.Unlock()
+}
+
+// readError says why a read failed: the peer was silent, or the
+// connection failed or was closed.
+func readError(ctx context.Context, err error) error {
+	var silent errSilent
+	if errors.As(context.Cause(ctx), &silent) {
+		return fmt.Errorf("read: %w", silent)
+	}
+	return fmt.Errorf("read: %w", err)
+}
+
+// progressReader calls progress whenever data arrives, so a large message
+// on a slow link is not cut off while it is still flowing.
+type progressReader struct {
+	r        io.Reader
+	progress func()
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.progress()
+	}
+	return n, err
+}
+
+// write encodes and writes one message. The caller serializes writes and
+// has set Seq and Time. A write that times out closes the connection.
+func (c *conn) write(m *Message) (int, error) {
 	data, err := json.Marshal(m)
 	if err != nil {
 		return 0, fmt.Errorf("encode %s: %w", m.Type, err)
 	}
-	if err := conn.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
-		return 0, fmt.Errorf("set write deadline: %w", err)
-	}
-	if err := conn.WriteMessage(websocket.TextMessage, data); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	if err := c.ws.Write(ctx, websocket.MessageText, data); err != nil {
 		return 0, fmt.Errorf("write %s: %w", m.Type, err)
 	}
 	return len(data), nil
 }
 
-// closeGrace bounds how long a side that sent a close frame keeps reading
-// (and discarding) until the peer's close frame. Closing a socket with
-// unread data makes TCP reset the connection, and the peer would lose the
-// Reject that explains why.
+// closeGrace bounds how long a side that sent a close frame waits for the
+// peer's while its reader runs. Closing a socket with unread data makes
+// TCP reset the connection, and the peer would lose the Reject that
+// explains why.
 const closeGrace = 2 * time.Second
 
-// sendClose sends a close frame for a reject. It is best effort: the peer
-// may be gone already, and then there is no one to tell.
-func sendClose(conn *websocket.Conn, r *Reject) {
-	_ = conn.WriteControl(websocket.CloseMessage,
-		websocket.FormatCloseMessage(CloseCode(r.Reason), closeText(r)), time.Now().Add(controlTimeout))
+// closeWith sends a close frame for a reject (code and "reason: message"),
+// waits for the peer's close frame and closes the connection. A nil reject
+// closes normally.
+func (c *conn) closeWith(r *Reject) {
+	code, text := websocket.StatusNormalClosure, ""
+	if r != nil {
+		code, text = websocket.StatusCode(CloseCode(r.Reason)), closeText(r)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.ws.Close(code, text) // best effort: the peer may be gone, and then there is no one to tell
+	}()
+	t := time.NewTimer(closeGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		// Ending a running reader closes the socket, which ends the
+		// handshake; with no reader, coder bounds its own wait (5 s).
+		c.abort()
+		<-done
+	}
+	c.abort()
 }
 
-// drain reads and discards messages until the peer closes, the connection
-// fails, or deadline passes. Only the connection's one reader may call it.
-func drain(conn *websocket.Conn, deadline time.Time) {
-	if err := conn.SetReadDeadline(deadline); err != nil {
-		return // closed already
-	}
-	for {
-		_, r, err := conn.NextReader()
-		if err != nil {
-			return
-		}
-		if _, err := io.Copy(io.Discard, r); err != nil {
-			return
-		}
-	}
-}
-
-// closeWith sends a close frame for a reject, waits for the peer to close
-// (bounded by closeGrace), and closes the connection. Only the
-// connection's one reader may call it.
-func closeWith(conn *websocket.Conn, r *Reject) {
-	sendClose(conn, r)
-	drain(conn, time.Now().Add(closeGrace))
-	_ = conn.Close() // the socket is done either way
+// closeNow closes the connection without a close handshake.
+func (c *conn) closeNow() {
+	_ = c.ws.CloseNow() // the socket is done either way
+	c.abort()
 }
 
 // asReject turns an error into the Reject that explains it to the peer,
@@ -148,21 +201,32 @@ func asReject(err error) *Reject {
 // closeReason extracts the reject reason from a close error sent by the
 // peer ("reason: message" as close text), for logs and backoff.
 func closeReason(err error) (*Reject, bool) {
-	var ce *websocket.CloseError
+	var ce websocket.CloseError
 	if !errors.As(err, &ce) {
 		return nil, false
 	}
-	reason, msg, ok := strings.Cut(ce.Text, ": ")
+	reason, msg, ok := strings.Cut(ce.Reason, ": ")
 	if !ok {
 		return nil, false
 	}
 	return &Reject{Reason: Reason(reason), Message: msg}, true
 }
 
-// pingEvery writes a ping to conn every interval until ctx ends or stop
-// is closed (a nil stop never is), and returns the error of a ping that
-// could not be written. Both ends of a session ping this way.
-func pingEvery(ctx context.Context, stop <-chan struct{}, conn *websocket.Conn, interval time.Duration) error {
+// normalClose reports whether err is the peer closing normally or going
+// away.
+func normalClose(err error) bool {
+	switch websocket.CloseStatus(err) {
+	case websocket.StatusNormalClosure, websocket.StatusGoingAway:
+		return true
+	}
+	return false
+}
+
+// pingEvery pings the peer every interval until ctx ends or stop is closed
+// (a nil stop never is), and returns the error of a ping that could not be
+// written. A ping waits for its pong at most interval; a missing pong is
+// the reader's to judge (see conn). Both ends of a session ping this way.
+func pingEvery(ctx context.Context, stop <-chan struct{}, c *conn, interval time.Duration) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -173,7 +237,11 @@ func pingEvery(ctx context.Context, stop <-chan struct{}, conn *websocket.Conn, 
 			return nil
 		case <-t.C:
 		}
-		if err := conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(controlTimeout)); err != nil {
+		pctx, cancel := context.WithTimeout(ctx, interval)
+		err := c.ws.Ping(pctx)
+		waited := pctx.Err() != nil
+		cancel()
+		if err != nil && !waited {
 			return fmt.Errorf("ping: %w", err)
 		}
 	}
