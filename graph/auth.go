@@ -185,6 +185,7 @@ const (
 	closeDuplicateID      = 4409 // an operation id is already in use
 	closeTooManyInits     = 4429 // a second connection_init
 	closeGoingAway        = 1001 // server shutting down
+	closePolicyViolation  = 1008 // a legacy graphql-ws client stopped answering pings
 	closeReasonForbidden  = "Forbidden"
 	closeReasonInitTimout = "Connection initialisation timeout"
 	closeReasonExpired    = "Forbidden: credentials expired"

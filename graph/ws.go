@@ -10,10 +10,8 @@ import (
 	"net/http"
 	"net/url"
 	"path"
-	"reflect"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql/handler/transport"
@@ -21,7 +19,8 @@ import (
 )
 
 // The websocket transport is gqlgen's transport.Websocket (which speaks
-// graphql-transport-ws and the legacy graphql-ws) on top of coder/websocket,
+// graphql-transport-ws and the legacy graphql-ws) on top of coder/websocket
+// (the module's one websocket library, which gqlgen's transport imports),
 // through wsConn, which adds what gqlgen leaves out:
 //
 //   - the close codes of graphql-transport-ws: 4400 for malformed or unknown
@@ -29,10 +28,17 @@ import (
 //     connection_init does not come within InitTimeout, 4409 for an
 //     operation id already in use, 4429 for a second connection_init
 //     (gqlgen itself sends 4403 from wsInit);
-//   - a bound on operations per connection (TOO_MANY_OPERATIONS);
+//   - a bound on operations per connection (TOO_MANY_OPERATIONS), where an
+//     operation holds its slot until its resolver has returned;
 //   - a write timeout, so a client that stops reading is disconnected
 //     instead of holding its goroutines forever;
+//   - a read deadline for legacy graphql-ws clients, which send nothing
+//     while they wait: a websocket ping unanswered within KeepAlive closes
+//     the socket with 1008;
 //   - a registry of open connections, so Handler.Close can end them.
+//
+// wsConn learns that an operation ended from the messages gqlgen writes
+// (their type and id, read back from the JSON), never from gqlgen's types.
 
 // errProtocol ends gqlgen's read loop after wsConn closed the socket for a
 // protocol violation.
@@ -105,9 +111,9 @@ func (a wsAcceptor) Accept(w http.ResponseWriter, r *http.Request, _ transport.W
 	}
 	wc := &wsConn{
 		c: c, h: h,
-		active:    map[string]struct{}{},
-		completed: map[string]chan struct{}{},
-		closed:    make(chan struct{}),
+		active: map[string]*wsOperation{},
+		closed: make(chan struct{}),
+		done:   make(chan struct{}),
 	}
 	if !h.track(wc) {
 		_ = c.Close(closeGoingAway, "server shutting down")
@@ -119,6 +125,11 @@ func (a wsAcceptor) Accept(w http.ResponseWriter, r *http.Request, _ transport.W
 	wc.mu.Lock() // the timer may fire at once; its callback reads initTimer
 	wc.initTimer = time.AfterFunc(h.opts.Websocket.InitTimeout, wc.initExpired)
 	wc.mu.Unlock()
+	if c.Subprotocol() != "graphql-transport-ws" {
+		// The legacy protocol has no pong of its own: websocket pings,
+		// which browsers answer by themselves, find a client that is gone.
+		go wc.keepAlive()
+	}
 	return wc, nil
 }
 
@@ -126,21 +137,36 @@ func (a wsAcceptor) Accept(w http.ResponseWriter, r *http.Request, _ transport.W
 // connection. gqlgen reads from one goroutine and writes from many (each
 // operation, keep-alives); coder's Write is safe for that, and wsConn's own
 // state is guarded by mu.
+//
+// An operation holds one of the connection's MaxOperations slots from the
+// client's subscribe until the server's complete or error for its id, which
+// gqlgen sends when the resolver has returned: a client that completes an
+// operation does not get its slot back while the resolver still runs.
 type wsConn struct {
 	c *websocket.Conn
 	h *Handler
 
 	mu          sync.Mutex
 	initSeen    bool
-	active      map[string]struct{}      // operation ids in flight
-	completed   map[string]chan struct{} // ids the client completed, until the server's complete
+	active      map[string]*wsOperation // operation ids whose resolvers have not finished
+	writing     int                     // messages being written
+	quiet       chan struct{}           // closed when active and writing are both empty; nil if nobody waits
 	closing     bool
 	closed      chan struct{} // closed when the close handshake is over
+	done        chan struct{} // closed when the connection ends; stops keepAlive
+	doneOnce    sync.Once
 	initTimer   *time.Timer
 	deadline    *time.Timer
 	expiry      *time.Timer // closes the socket when its credentials expire
 	untrackOnce sync.Once
-	writing     atomic.Int32 // messages being written
+}
+
+// wsOperation is one operation id in flight.
+type wsOperation struct {
+	// ended is closed when the server has sent the operation's complete
+	// or error; completed says the client sent complete (stop) first.
+	ended     chan struct{}
+	completed bool
 }
 
 var _ interface {
@@ -149,8 +175,9 @@ var _ interface {
 	transport.WebsocketReadDeadliner
 } = (*wsConn)(nil)
 
-// clientMessage is the part of a client message wsConn checks.
-type clientMessage struct {
+// wsEnvelope is the part of a websocket message wsConn checks: the type
+// and id of what a client sends, and of what gqlgen writes.
+type wsEnvelope struct {
 	Type string `json:"type"`
 	ID   string `json:"id"`
 }
@@ -182,7 +209,7 @@ func (c *wsConn) NextReader() (int, io.Reader, error) {
 // false for a message it answered itself, and errProtocol after closing
 // the socket for a violation.
 func (c *wsConn) check(data []byte) (bool, error) {
-	var m clientMessage
+	var m wsEnvelope
 	if err := json.Unmarshal(data, &m); err != nil || m.Type == "" {
 		return false, c.violation(closeBadRequest, "Invalid message received")
 	}
@@ -200,9 +227,8 @@ func (c *wsConn) check(data []byte) (bool, error) {
 		return c.startOperation(m.ID)
 	case "complete", "stop":
 		c.mu.Lock()
-		if _, ok := c.active[m.ID]; ok {
-			delete(c.active, m.ID)
-			c.completed[m.ID] = make(chan struct{})
+		if op := c.active[m.ID]; op != nil {
+			op.completed = true // the slot stays taken until the resolver returns
 		}
 		c.mu.Unlock()
 	case "ping", "pong", "connection_terminate":
@@ -227,27 +253,29 @@ func (c *wsConn) startOperation(id string) (bool, error) {
 		c.mu.Unlock()
 		return false, c.violation(closeBadRequest, "Invalid message received")
 	}
-	if _, ok := c.active[id]; ok {
-		c.mu.Unlock()
-		return false, c.violation(closeDuplicateID, truncateReason("Subscriber for "+id+" already exists"))
-	}
-	if done := c.completed[id]; done != nil {
+	if op := c.active[id]; op != nil && op.completed {
 		// The client reused the id of an operation it just completed;
 		// let gqlgen finish the old one first, or it would confuse the
 		// two.
 		c.mu.Unlock()
+		t := time.NewTimer(completedWait)
 		select {
-		case <-done:
-		case <-time.After(completedWait):
+		case <-op.ended:
+		case <-t.C:
 		}
+		t.Stop()
 		c.mu.Lock()
+	}
+	if _, ok := c.active[id]; ok {
+		c.mu.Unlock()
+		return false, c.violation(closeDuplicateID, truncateReason("Subscriber for "+id+" already exists"))
 	}
 	if max := c.h.opts.Websocket.MaxOperations; len(c.active) >= max {
 		c.mu.Unlock()
 		c.rejectOperation(id, fmt.Sprintf("this connection already runs %d operations, the maximum", max))
 		return false, nil
 	}
-	c.active[id] = struct{}{}
+	c.active[id] = &wsOperation{ended: make(chan struct{})}
 	c.mu.Unlock()
 	return true, nil
 }
@@ -262,6 +290,9 @@ func (c *wsConn) rejectOperation(id, msg string) {
 	if err != nil {
 		return
 	}
+	c.mu.Lock()
+	c.writing++
+	c.mu.Unlock()
 	if err := c.write(b); err != nil {
 		c.h.log.Debug("graph: websocket write", "err", err)
 	}
@@ -298,7 +329,37 @@ func (c *wsConn) expireAt(t time.Time) {
 	})
 }
 
-// stopTimers stops the timers that would close the socket; c.mu is held.
+// keepAlive pings a legacy graphql-ws client every KeepAlive and closes
+// the socket when a pong does not come back within KeepAlive: this is the
+// read deadline of a protocol whose clients send nothing while they wait
+// for events. (graphql-transport-ws has its own ping and pong, which
+// gqlgen times through SetReadDeadline.)
+func (c *wsConn) keepAlive() {
+	interval := c.h.opts.Websocket.KeepAlive
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), interval)
+		err := c.c.Ping(ctx)
+		silent := ctx.Err() != nil
+		cancel()
+		if silent {
+			c.h.log.Debug("graph: legacy websocket client does not answer pings; closing")
+			_ = c.WriteClose(closePolicyViolation, truncateReason(fmt.Sprintf("no pong within %s", interval)))
+			return
+		}
+		if err != nil {
+			return // the connection is gone
+		}
+	}
+}
+
+// stopTimers stops what would close the socket; c.mu is held.
 func (c *wsConn) stopTimers() {
 	c.initTimer.Stop()
 	for _, t := range []*time.Timer{c.deadline, c.expiry} {
@@ -306,32 +367,40 @@ func (c *wsConn) stopTimers() {
 			t.Stop()
 		}
 	}
+	c.doneOnce.Do(func() { close(c.done) })
 }
 
 // WriteJSON implements transport.WebsocketConn. A complete or error
-// message ends its operation id.
+// message ends its operation and frees its slot.
 func (c *wsConn) WriteJSON(v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("graph: encoding a websocket message: %w", err)
 	}
-	if typ, id := messageTypeID(v); id != "" && (typ == "complete" || typ == "error") {
-		c.mu.Lock()
-		delete(c.active, id)
-		if done := c.completed[id]; done != nil {
-			close(done)
-			delete(c.completed, id)
-		}
-		c.mu.Unlock()
+	var m wsEnvelope
+	if err := json.Unmarshal(b, &m); err != nil {
+		return fmt.Errorf("graph: reading back a websocket message: %w", err)
 	}
+	c.mu.Lock()
+	c.writing++ // before the operation ends, so Close waits for this message too
+	if op := c.active[m.ID]; op != nil && (m.Type == "complete" || m.Type == "error") {
+		delete(c.active, m.ID)
+		close(op.ended)
+	}
+	c.mu.Unlock()
 	return c.write(b)
 }
 
-// write sends one text message within the write timeout; coder closes the
-// connection when the timeout expires.
+// write sends one text message within the write timeout, then releases
+// the c.writing its caller took; coder closes the connection when the
+// timeout expires.
 func (c *wsConn) write(b []byte) error {
-	c.writing.Add(1)
-	defer c.writing.Add(-1)
+	defer func() {
+		c.mu.Lock()
+		c.writing--
+		c.signalQuiet()
+		c.mu.Unlock()
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), c.h.opts.Websocket.WriteTimeout)
 	defer cancel()
 	if err := c.c.Write(ctx, websocket.MessageText, b); err != nil {
@@ -340,23 +409,33 @@ func (c *wsConn) write(b []byte) error {
 	return nil
 }
 
-// messageTypeID reads the Type and ID fields of one of gqlgen's message
-// structs, whose types are unexported but whose fields are not.
-func messageTypeID(v any) (typ, id string) {
-	rv := reflect.ValueOf(v)
-	if rv.Kind() == reflect.Pointer {
-		rv = rv.Elem()
+// signalQuiet wakes waitQuiet once no operation is in flight and nothing
+// is being written; c.mu is held.
+func (c *wsConn) signalQuiet() {
+	if c.quiet != nil && len(c.active) == 0 && c.writing == 0 {
+		close(c.quiet)
+		c.quiet = nil
 	}
-	if rv.Kind() != reflect.Struct {
-		return "", ""
+}
+
+// waitQuiet waits until no operation is in flight and nothing is being
+// written, so that a close frame cannot overtake the final messages of
+// operations that were just ended, or until ctx ends.
+func (c *wsConn) waitQuiet(ctx context.Context) {
+	c.mu.Lock()
+	if len(c.active) == 0 && c.writing == 0 {
+		c.mu.Unlock()
+		return
 	}
-	if f := rv.FieldByName("Type"); f.IsValid() && f.Kind() == reflect.String {
-		typ = f.String()
+	if c.quiet == nil {
+		c.quiet = make(chan struct{})
 	}
-	if f := rv.FieldByName("ID"); f.IsValid() && f.Kind() == reflect.String {
-		id = f.String()
+	quiet := c.quiet
+	c.mu.Unlock()
+	select {
+	case <-quiet:
+	case <-ctx.Done():
 	}
-	return typ, id
 }
 
 // WriteClose implements transport.WebsocketConn. Only the first close
@@ -395,26 +474,6 @@ func (c *wsConn) Close() error {
 		return fmt.Errorf("graph: closing websocket: %w", err)
 	}
 	return nil
-}
-
-// waitQuiet waits until no operation is in flight and nothing is being
-// written, so that a close frame cannot overtake the final messages of
-// operations that were just ended, or until ctx ends.
-func (c *wsConn) waitQuiet(ctx context.Context) {
-	const poll = 2 * time.Millisecond
-	for {
-		c.mu.Lock()
-		n := len(c.active)
-		c.mu.Unlock()
-		if n == 0 && c.writing.Load() == 0 {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(poll):
-		}
-	}
 }
 
 func (c *wsConn) untrack() { c.untrackOnce.Do(func() { c.h.untrack(c) }) }
