@@ -122,7 +122,10 @@ type WebsocketOptions struct {
 	InitTimeout time.Duration
 	// KeepAlive is the interval of graphql-ws "ka" messages and of
 	// graphql-transport-ws pings (a client that does not pong within two
-	// intervals is disconnected).
+	// intervals is disconnected). It is also the read deadline of legacy
+	// graphql-ws clients, which send nothing while they wait: they get a
+	// websocket ping every interval, and a socket whose pong does not come
+	// back within one interval is closed with 1008.
 	KeepAlive time.Duration
 	// ReadLimit bounds one client message in bytes.
 	ReadLimit int64
