@@ -125,7 +125,7 @@ type WebsocketOptions struct {
 	// intervals is disconnected). It is also the read deadline of legacy
 	// graphql-ws clients, which send nothing while they wait: they get a
 	// websocket ping every interval, and a socket whose pong does not come
-	// back within one interval is closed with 1008.
+	// back within two intervals is closed with 1008.
 	KeepAlive time.Duration
 	// ReadLimit bounds one client message in bytes.
 	ReadLimit int64

@@ -33,8 +33,8 @@ import (
 //   - a write timeout, so a client that stops reading is disconnected
 //     instead of holding its goroutines forever;
 //   - a read deadline for legacy graphql-ws clients, which send nothing
-//     while they wait: a websocket ping unanswered within KeepAlive closes
-//     the socket with 1008;
+//     while they wait: a websocket ping unanswered within two KeepAlive
+//     intervals closes the socket with 1008;
 //   - a registry of open connections, so Handler.Close can end them.
 //
 // wsConn learns that an operation ended from the messages gqlgen writes
@@ -330,10 +330,10 @@ func (c *wsConn) expireAt(t time.Time) {
 }
 
 // keepAlive pings a legacy graphql-ws client every KeepAlive and closes
-// the socket when a pong does not come back within KeepAlive: this is the
-// read deadline of a protocol whose clients send nothing while they wait
-// for events. (graphql-transport-ws has its own ping and pong, which
-// gqlgen times through SetReadDeadline.)
+// the socket when a pong does not come back within two intervals: this is
+// the read deadline of a protocol whose clients send nothing while they
+// wait for events. (graphql-transport-ws has its own ping and pong, which
+// gqlgen times through SetReadDeadline, with the same two intervals.)
 func (c *wsConn) keepAlive() {
 	interval := c.h.opts.Websocket.KeepAlive
 	t := time.NewTicker(interval)
@@ -344,13 +344,13 @@ func (c *wsConn) keepAlive() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), interval)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*interval)
 		err := c.c.Ping(ctx)
 		silent := ctx.Err() != nil
 		cancel()
 		if silent {
 			c.h.log.Debug("graph: legacy websocket client does not answer pings; closing")
-			_ = c.WriteClose(closePolicyViolation, truncateReason(fmt.Sprintf("no pong within %s", interval)))
+			_ = c.WriteClose(closePolicyViolation, truncateReason(fmt.Sprintf("no pong within %s", 2*interval)))
 			return
 		}
 		if err != nil {
