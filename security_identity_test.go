@@ -15,7 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorilla/websocket"
+	"github.com/coder/websocket"
+	"github.com/coder/websocket/wsjson"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -171,19 +172,20 @@ func post(t *testing.T, url, token, q string) (int, string) {
 // token and waits for connection_ack.
 func graphqlSocket(t *testing.T, url, token string) *websocket.Conn {
 	t.Helper()
-	d := websocket.Dialer{Subprotocols: []string{"graphql-transport-ws"}, HandshakeTimeout: 10 * time.Second}
-	c, resp, err := d.DialContext(t.Context(), "ws"+strings.TrimPrefix(url, "http")+"/graphql", nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(url, "http")+"/graphql", &websocket.DialOptions{ //nolint:bodyclose // coder closes it
+		Subprotocols: []string{"graphql-transport-ws"},
+	})
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
-	_ = resp.Body.Close()
-	t.Cleanup(func() { _ = c.Close() })
-	if err := c.WriteJSON(map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer " + token}}); err != nil {
+	t.Cleanup(func() { _ = c.CloseNow() })
+	if err := wsjson.Write(ctx, c, map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer " + token}}); err != nil {
 		t.Fatal(err)
 	}
 	var ack struct{ Type string }
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if err := c.ReadJSON(&ack); err != nil || ack.Type != "connection_ack" {
+	if err := wsjson.Read(ctx, c, &ack); err != nil || ack.Type != "connection_ack" {
 		t.Fatalf("connection_init: %+v %v", ack, err)
 	}
 	return c
@@ -194,19 +196,20 @@ func graphqlSocket(t *testing.T, url, token string) *websocket.Conn {
 func closedWith(t *testing.T, c *websocket.Conn, within time.Duration) (int, string, time.Duration) {
 	t.Helper()
 	start := time.Now()
-	_ = c.SetReadDeadline(start.Add(within))
+	ctx, cancel := context.WithTimeout(t.Context(), within)
+	defer cancel()
 	for {
 		var m map[string]any
-		err := c.ReadJSON(&m)
+		err := wsjson.Read(ctx, c, &m)
 		if err == nil {
 			if m["type"] == "ping" {
-				_ = c.WriteJSON(map[string]any{"type": "pong"})
+				_ = wsjson.Write(ctx, c, map[string]any{"type": "pong"})
 			}
 			continue
 		}
-		var ce *websocket.CloseError
+		var ce websocket.CloseError
 		if errors.As(err, &ce) {
-			return ce.Code, ce.Text, time.Since(start)
+			return int(ce.Code), ce.Reason, time.Since(start)
 		}
 		t.Fatalf("websocket: no close frame within %v: %v", within, err)
 	}
@@ -336,15 +339,16 @@ func TestIdentitiesCannotCollide(t *testing.T) {
 			t.Errorf("the removed token still works over HTTP: %d %s", code, body)
 		}
 		// bob's socket stays and answers.
-		if err := bobWS.WriteJSON(map[string]any{"id": "1", "type": "subscribe", "payload": map[string]any{"query": "{ viewer { username } }"}}); err != nil {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		if err := wsjson.Write(ctx, bobWS, map[string]any{"id": "1", "type": "subscribe", "payload": map[string]any{"query": "{ viewer { username } }"}}); err != nil {
 			t.Fatal(err)
 		}
-		_ = bobWS.SetReadDeadline(time.Now().Add(10 * time.Second))
 		var m struct {
 			Type    string
 			Payload json.RawMessage
 		}
-		if err := bobWS.ReadJSON(&m); err != nil || m.Type != "next" || !strings.Contains(string(m.Payload), `"bob"`) {
+		if err := wsjson.Read(ctx, bobWS, &m); err != nil || m.Type != "next" || !strings.Contains(string(m.Payload), `"bob"`) {
 			t.Errorf("bob's websocket after alice's token was removed: %+v %s %v", m, m.Payload, err)
 		}
 	})
