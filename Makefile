@@ -24,8 +24,8 @@ CONFORMANCE_DEPS := graph/conformance/node_modules/.package-lock.json
 
 TESTENV_SRC := $(shell find testenv -name '*.go' -not -path '*/rbacdiff/*') testenv/go.mod testenv/go.sum Makefile
 
-.PHONY: all build test test-root test-testenv lint demo testenv crds \
-	bench-index bench-authz bench-collector bench-graph test-rbac-full test-conformance clean
+.PHONY: all build test test-root test-testenv test-fleetbench lint demo testenv crds \
+	bench-index bench-authz bench-collector bench-graph bench-compare bench-servers test-rbac-full test-conformance clean
 
 all: build
 
@@ -42,7 +42,7 @@ $(TESTENV): $(TESTENV_SRC)
 	@touch $(TESTENV)
 
 ## test: every test of every module, with the race detector
-test: testenv test-root test-testenv
+test: testenv test-root test-testenv test-fleetbench
 
 test-root: $(CONFORMANCE_DEPS)
 	FLEETGRAPH_CONFORMANCE=1 $(GO) test -race -timeout 30m ./...
@@ -50,10 +50,16 @@ test-root: $(CONFORMANCE_DEPS)
 test-testenv:
 	cd testenv && $(GO) test -race -timeout 20m ./...
 
+# cmd/fleetbench is a module of its own, so that the drivers and the
+# plotting library of the comparison stay out of the root go.mod.
+test-fleetbench:
+	cd cmd/fleetbench && $(GO) vet ./... && $(GO) test -race ./...
+
 ## lint: golangci-lint v2 with the config in .golangci.yml
 lint: $(GOLANGCI_LINT)
 	$(GOLANGCI_LINT) run ./...
 	cd testenv && $(GOLANGCI_LINT) run --config ../.golangci.yml ./...
+	cd cmd/fleetbench && $(GOLANGCI_LINT) run --config ../../.golangci.yml ./...
 
 $(GOLANGCI_LINT):
 	@mkdir -p $(BIN)
@@ -67,7 +73,7 @@ demo: testenv
 
 ## bench-index: the index at 1M synthetic objects
 bench-index:
-	$(GO) run ./cmd/fleetbench index
+	cd cmd/fleetbench && $(GO) run . index
 
 ## test-conformance: the graphql-http server audits and a graphql-ws client against a live server
 test-conformance: $(CONFORMANCE_DEPS)
@@ -87,7 +93,23 @@ test-rbac-full:
 
 ## bench-collector: first full sync of a real cluster holding 50,000+ objects
 bench-collector: testenv
-	$(GO) run ./cmd/fleetbench collector -v
+	cd cmd/fleetbench && $(GO) run . collector -v
+
+## bench-compare: fleetgraph beside PostgreSQL (typed columns and JSONB), SQLite and Redis
+## at 100k and 1M objects; writes BENCHMARKS.md and docs/bench-compare.png. The servers are
+## started and stopped by fleetbench itself (temporary directories, loopback ports).
+bench-compare: bench-servers
+	cd cmd/fleetbench && $(GO) run . compare -v -report ../../BENCHMARKS.md -chart ../../docs/bench-compare.png
+
+# Debian's postgresql and redis-server, installed once. POLICYRCD stops the
+# packages from starting their system services: fleetbench runs its own.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+bench-servers:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || ! command -v redis-server >/dev/null; then \
+		mkdir -p $(BIN) && printf '#!/bin/sh\nexit 101\n' > $(BIN)/policy-rc.d && chmod +x $(BIN)/policy-rc.d && \
+		$(SUDO) apt-get update && \
+		$(SUDO) env POLICYRCD=$(BIN)/policy-rc.d DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql redis-server; \
+	fi
 
 ## crds: refresh the Istio CRDs fixture from the istio.io/api module
 crds:

@@ -4,6 +4,7 @@
 //
 //	fleetbench index [flags]       the index benchmark at 1M objects
 //	fleetbench collector [flags]   first full sync of a real cluster of 50,000+ objects
+//	fleetbench compare [flags]     fleetgraph beside PostgreSQL, SQLite and Redis on the same fleet
 package main
 
 import (
@@ -11,10 +12,12 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"syscall"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// SIGTERM too: the servers compare starts must be stopped either way.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:])
 	stop()
 	if err != nil {
@@ -27,9 +30,10 @@ func run(ctx context.Context, args []string) error {
 	commands := map[string]func(context.Context, []string) error{
 		"index":     runIndex,
 		"collector": runCollector,
+		"compare":   runCompare,
 	}
 	if len(args) == 0 || commands[args[0]] == nil {
-		return fmt.Errorf("usage: fleetbench index|collector [flags]")
+		return fmt.Errorf("usage: fleetbench index|collector|compare [flags]")
 	}
 	return commands[args[0]](ctx, args[1:])
 }

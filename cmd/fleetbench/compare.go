@@ -1,0 +1,631 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/index/indextest"
+)
+
+// peer is one store under comparison, loaded with the synthetic fleet and
+// answering the workloads. Every peer returns whole rows (every column a
+// page shows), so that no store is timed doing less than the others; pages
+// are the first page in (name, key) order.
+type peer interface {
+	name() string
+	// load stores every object of the fleet, indexes included.
+	load(ctx context.Context, f indextest.Fleet, batch int) error
+	// get returns the key of the object with key k ("" when absent): Q1.
+	get(ctx context.Context, k index.Key) (string, error)
+	// page returns the keys of the first q.first matches, in order.
+	page(ctx context.Context, q pageQuery) ([]string, error)
+	// facets counts every object by status, kind, cluster and namespace.
+	facets(ctx context.Context) (facetCounts, error)
+	// update applies new versions of stored objects (churn).
+	update(ctx context.Context, objs []index.Object) error
+	// size returns the bytes the store holds for the fleet and how they
+	// were measured.
+	size(ctx context.Context) (int64, string, error)
+	close()
+}
+
+// pageQuery is one list request of Q2, Q3, Q4 or Q6. Empty fields do not
+// filter.
+type pageQuery struct {
+	cluster, namespace, kind string
+	status                   index.Status
+	labelKey, labelValue     string
+	scope                    *scope // nil: a fleet admin
+	first                    int
+}
+
+// scope is a viewer's RBAC restriction, in the form each store applies it:
+// the (cluster, namespace) pairs the viewer may list in and the kinds it
+// may list there, and the same as an index.Access.
+type scope struct {
+	id         string
+	clusters   []string // pairs: clusters[i], namespaces[i]
+	namespaces []string
+	kinds      []string
+	access     *index.Access
+}
+
+// newScope builds the scope of a viewer bound in nsPerCluster namespaces of
+// clusters clusters, every fleet kind allowed (Fleet.NamespaceAccess).
+func newScope(id string, f indextest.Fleet, clusters, nsPerCluster int) *scope {
+	a := f.NamespaceAccess(clusters, nsPerCluster)
+	s := &scope{id: id, access: a}
+	for _, c := range slices.Sorted(maps.Keys(a.Clusters)) {
+		for _, ns := range slices.Sorted(maps.Keys(a.Clusters[c].Namespaces)) {
+			s.clusters = append(s.clusters, c)
+			s.namespaces = append(s.namespaces, ns)
+		}
+	}
+	for _, k := range indextest.Kinds {
+		s.kinds = append(s.kinds, k.Kind)
+	}
+	return s
+}
+
+// facetCounts maps "status/X", "kind/X", "cluster/X" and "namespace/X" to
+// counts (zeros left out).
+type facetCounts map[string]int
+
+// keyString is the key every store reports rows by.
+func keyString(cluster, group, kind, namespace, name string) string {
+	return cluster + "/" + group + "/" + kind + "/" + namespace + "/" + name
+}
+
+// workload is one timed query; run takes the iteration number, so that
+// every store answers the same sequence of requests.
+type workload struct {
+	name string
+	desc string
+	run  func(ctx context.Context, p peer, i int) (int, error) // result size
+	// want checks a store's answer to request i against fleetgraph's.
+	check func(ctx context.Context, p, ref peer, i int) error
+}
+
+// compareOptions are the flags of fleetbench compare.
+type compareOptions struct {
+	sizes      []int
+	stores     map[string]bool
+	iterations int
+	budget     time.Duration
+	churnRate  int
+	churnFor   time.Duration
+	batch      int
+	workDir    string
+	report     string
+	chart      string
+	verbose    bool
+}
+
+// runCompare is fleetbench compare: see the package doc and BENCHMARKS.md.
+func runCompare(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
+	sizes := fs.String("sizes", "100000,1000000", "fleet sizes (objects, multiples of 10,000: clusters of 1,000 namespaces x 10)")
+	stores := fs.String("stores", "fleetgraph,fleetgraph_http,postgres_typed,postgres_jsonb,sqlite,redis", "stores to compare")
+	o := compareOptions{}
+	fs.IntVar(&o.iterations, "iterations", 1000, "timed runs of each workload (fewer when -budget runs out)")
+	fs.DurationVar(&o.budget, "budget", 5*time.Second, "time budget of one workload on one store (at least 20 runs)")
+	fs.IntVar(&o.churnRate, "churn-rate", 20000, "updates per second during the churn run")
+	fs.DurationVar(&o.churnFor, "churn-duration", 5*time.Second, "length of the churn run")
+	fs.IntVar(&o.batch, "batch", 1000, "rows per load batch")
+	fs.StringVar(&o.workDir, "dir", "", "directory for the servers' data (default: a new temporary directory, removed afterwards)")
+	fs.StringVar(&o.report, "report", "", "write the Markdown report (BENCHMARKS.md) here")
+	fs.StringVar(&o.chart, "chart", "", "write the PNG chart of p50 per workload and store here")
+	fs.BoolVar(&o.verbose, "v", false, "progress on stderr")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	for _, s := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 || n%10000 != 0 {
+			return fmt.Errorf("-sizes: %q is not a positive multiple of 10,000", s)
+		}
+		o.sizes = append(o.sizes, n)
+	}
+	o.stores = map[string]bool{}
+	for _, s := range strings.Split(*stores, ",") {
+		if !slices.Contains(allStores, s) {
+			return fmt.Errorf("-stores: unknown store %q (known: %s)", s, strings.Join(allStores, ", "))
+		}
+		o.stores[s] = true
+	}
+	if o.workDir == "" {
+		dir, err := os.MkdirTemp("", "fleetbench-compare-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		// PostgreSQL runs as its own user when fleetbench runs as root,
+		// and must reach its data directory inside.
+		if err := os.Chmod(dir, 0o755); err != nil {
+			return err
+		}
+		o.workDir = dir
+	}
+	rep := &report{args: args, started: time.Now(), loadStart: loadAverage()}
+	for _, n := range o.sizes {
+		res, err := compareSize(ctx, o, n)
+		if err != nil {
+			return fmt.Errorf("size %d: %w", n, err)
+		}
+		rep.sizes = append(rep.sizes, res)
+	}
+	rep.finished = time.Now()
+	if o.report != "" {
+		if err := rep.writeMarkdown(o.report, o.chart); err != nil {
+			return err
+		}
+	}
+	if o.chart != "" {
+		if err := rep.writeChart(o.chart); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// allStores lists the stores in report order; fleetgraph first, as the
+// reference every answer is checked against.
+var allStores = []string{"fleetgraph", "fleetgraph_http", "postgres_typed", "postgres_jsonb", "sqlite", "redis"}
+
+// peerStores are the stores best_peer_ratio is taken over.
+var peerStores = []string{"postgres_typed", "postgres_jsonb", "sqlite", "redis"}
+
+// sizeResult is everything measured at one fleet size.
+type sizeResult struct {
+	objects   int
+	workloads []string
+	latency   map[string]map[string]latency // workload -> store
+	rows      map[string]int                // result size of each workload
+	loadS     map[string]float64
+	bytes     map[string]float64 // per object
+	bytesHow  map[string]string
+	churn     map[string]churnResult
+	versions  map[string]string
+	schemas   map[string]string
+	descs     map[string]string
+}
+
+type latency struct {
+	p50, p99 time.Duration
+	n        int
+}
+
+type churnResult struct {
+	rate     float64 // updates applied per second
+	p50, p99 time.Duration
+	queries  int
+}
+
+// compareSize loads one fleet size into every store and measures it.
+func compareSize(ctx context.Context, o compareOptions, n int) (*sizeResult, error) {
+	f := indextest.Fleet{Clusters: n / 10000, Namespaces: 1000, PerNamespace: 10, Seed: 1}
+	logf := func(format string, a ...any) {
+		if o.verbose {
+			fmt.Fprintf(os.Stderr, "compare: size=%d: "+format+"\n", append([]any{n}, a...)...)
+		}
+	}
+	res := &sizeResult{
+		objects: n, latency: map[string]map[string]latency{}, rows: map[string]int{},
+		loadS: map[string]float64{}, bytes: map[string]float64{}, bytesHow: map[string]string{},
+		churn: map[string]churnResult{}, versions: map[string]string{}, schemas: map[string]string{},
+		descs: map[string]string{},
+	}
+	// Q6 restrictions: a team viewer bound in 50 namespaces of 10
+	// clusters (q6a) and one bound in 200 namespaces of every cluster,
+	// 20,000 namespaces at 1M objects (q6b).
+	q6a := newScope("q6a", f, min(10, f.Clusters), 50)
+	q6b := newScope("q6b", f, f.Clusters, 200)
+	wls := workloads(f, q6a, q6b)
+
+	ref := newFleetgraph(q6a, q6b)
+	var pg *pgServer
+	if o.stores["postgres_typed"] || o.stores["postgres_jsonb"] {
+		var err error
+		if pg, err = startPostgres(ctx, filepath.Join(o.workDir, fmt.Sprintf("size-%d", n))); err != nil {
+			return nil, err
+		}
+		defer pg.stop()
+	}
+	var peers []peer
+	defer func() {
+		for _, p := range peers {
+			p.close()
+		}
+	}()
+	for _, name := range allStores {
+		if !o.stores[name] && name != "fleetgraph" {
+			continue
+		}
+		var p peer
+		var err error
+		switch name {
+		case "fleetgraph":
+			p = ref
+		case "fleetgraph_http":
+			p, err = newFleetgraphHTTP(ref)
+		case "postgres_typed", "postgres_jsonb":
+			p, err = newPostgres(ctx, name, pg)
+		case "sqlite":
+			p, err = newSQLite(ctx, filepath.Join(o.workDir, fmt.Sprintf("size-%d", n)))
+		case "redis":
+			p, err = newRedis(ctx, filepath.Join(o.workDir, fmt.Sprintf("size-%d", n)), q6a, q6b)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		peers = append(peers, p)
+		if v, ok := p.(interface{ version() string }); ok {
+			res.versions[name] = v.version()
+		}
+		if s, ok := p.(interface{ schema() string }); ok {
+			res.schemas[name] = s.schema()
+		}
+		if name == "fleetgraph_http" {
+			continue // serves the in-process store: nothing to load
+		}
+		logf("loading %s", name)
+		start := time.Now()
+		if err := p.load(ctx, f, o.batch); err != nil {
+			return nil, fmt.Errorf("%s: load: %w", name, err)
+		}
+		res.loadS[name] = time.Since(start).Seconds()
+		b, how, err := p.size(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%s: size: %w", name, err)
+		}
+		res.bytes[name], res.bytesHow[name] = float64(b)/float64(n), how
+		logf("%s loaded in %.1fs, %.0f bytes/object (%s)", name, res.loadS[name], res.bytes[name], how)
+	}
+
+	for _, w := range wls {
+		res.workloads = append(res.workloads, w.name)
+		res.descs[w.name] = w.desc
+		res.latency[w.name] = map[string]latency{}
+		rows, err := w.run(ctx, ref, 0)
+		if err != nil {
+			return nil, fmt.Errorf("fleetgraph %s: %w", w.name, err)
+		}
+		res.rows[w.name] = rows
+		for _, p := range peers {
+			// Every store's answers to the first requests must be
+			// fleetgraph's before any is timed.
+			for i := range 8 {
+				if err := w.check(ctx, p, ref, i); err != nil {
+					return nil, fmt.Errorf("%s %s: wrong answer: %w", p.name(), w.name, err)
+				}
+			}
+			l, err := timeWorkload(ctx, w, p, o.iterations, o.budget)
+			if err != nil {
+				return nil, fmt.Errorf("%s %s: %w", p.name(), w.name, err)
+			}
+			res.latency[w.name][p.name()] = l
+			logf("%s %s: p50 %v p99 %v over %d runs", w.name, p.name(), l.p50, l.p99, l.n)
+		}
+		printWorkload(res, w.name)
+	}
+
+	if o.churnRate > 0 {
+		updates := churnUpdates(f, int(float64(o.churnRate)*o.churnFor.Seconds()*1.3)+o.churnRate)
+		q3 := wls[2]
+		for _, p := range peers {
+			if p.name() == "fleetgraph_http" {
+				continue
+			}
+			c, err := churnRun(ctx, p, q3, updates, o.churnRate, o.churnFor)
+			if err != nil {
+				return nil, fmt.Errorf("%s churn: %w", p.name(), err)
+			}
+			res.churn[p.name()] = c
+			logf("churn %s: %.0f updates/s, q3 p50 %v p99 %v over %d queries", p.name(), c.rate, c.p50, c.p99, c.queries)
+		}
+	}
+	printSize(res, o.churnRate)
+	return res, nil
+}
+
+// workloads returns Q1..Q6 over fleet f.
+func workloads(f indextest.Fleet, q6a, q6b *scope) []workload {
+	// Q1 and Q2 look up the objects of 4,096 random keys, the same
+	// sequence for every store.
+	rnd := rand.New(rand.NewPCG(1, 2))
+	keys := make([]index.Key, 4096)
+	for i := range keys {
+		o := f.Object(rnd.IntN(f.Size()))
+		keys[i] = o.Key()
+	}
+	pageWorkload := func(name, desc string, q func(i int) pageQuery) workload {
+		return workload{
+			name: name, desc: desc,
+			run: func(ctx context.Context, p peer, i int) (int, error) {
+				got, err := p.page(ctx, q(i))
+				return len(got), err
+			},
+			check: func(ctx context.Context, p, ref peer, i int) error {
+				want, err := ref.page(ctx, q(i))
+				if err != nil {
+					return err
+				}
+				got, err := p.page(ctx, q(i))
+				if err != nil {
+					return err
+				}
+				if !slices.Equal(got, want) {
+					return fmt.Errorf("request %d: %d rows %s, want %d rows %s", i, len(got), head(got), len(want), head(want))
+				}
+				return nil
+			},
+		}
+	}
+	q3 := pageQuery{kind: "Kustomization", status: index.StatusUnhealthy, first: 100}
+	q6aQ, q6bQ := q3, q3
+	q6aQ.scope, q6bQ.scope = q6a, q6b
+	return []workload{
+		{
+			name: "Q1", desc: "get one object by key (cluster, group, kind, namespace, name)",
+			run: func(ctx context.Context, p peer, i int) (int, error) {
+				k := keys[i%len(keys)]
+				got, err := p.get(ctx, k)
+				if err == nil && got != keyString(k.Cluster, k.Group, k.Kind, k.Namespace, k.Name) {
+					err = fmt.Errorf("get %s: got %q", k, got)
+				}
+				return 1, err
+			},
+			check: func(ctx context.Context, p, ref peer, i int) error {
+				k := keys[i%len(keys)]
+				got, err := p.get(ctx, k)
+				if err == nil && got != keyString(k.Cluster, k.Group, k.Kind, k.Namespace, k.Name) {
+					err = fmt.Errorf("get %s: got %q", k, got)
+				}
+				return err
+			},
+		},
+		pageWorkload("Q2", "one kind in one namespace of one cluster, first 100 by name", func(i int) pageQuery {
+			k := keys[i%len(keys)]
+			return pageQuery{cluster: k.Cluster, namespace: k.Namespace, kind: k.Kind, first: 100}
+		}),
+		pageWorkload("Q3", "kind=Kustomization status=UNHEALTHY, first 100 by name", func(int) pageQuery { return q3 }),
+		pageWorkload("Q4", "label selector app=v0, first 100 by name", func(int) pageQuery {
+			return pageQuery{labelKey: "app", labelValue: "v0", first: 100}
+		}),
+		{
+			name: "Q5", desc: "facets: counts by status, kind, cluster and namespace over the whole fleet",
+			run: func(ctx context.Context, p peer, _ int) (int, error) {
+				fc, err := p.facets(ctx)
+				return len(fc), err
+			},
+			check: func(ctx context.Context, p, ref peer, _ int) error {
+				want, err := ref.facets(ctx)
+				if err != nil {
+					return err
+				}
+				got, err := p.facets(ctx)
+				if err != nil {
+					return err
+				}
+				if !maps.Equal(got, want) {
+					return fmt.Errorf("facets differ: %d counts, want %d (%s)", len(got), len(want), facetDiff(got, want))
+				}
+				return nil
+			},
+		},
+		pageWorkload("Q6a", fmt.Sprintf("Q3 for a viewer bound in %d namespaces", len(q6a.namespaces)), func(int) pageQuery { return q6aQ }),
+		pageWorkload("Q6b", fmt.Sprintf("Q3 for a viewer bound in %d namespaces", len(q6b.namespaces)), func(int) pageQuery { return q6bQ }),
+	}
+}
+
+// head shows the first keys of a page in an error.
+func head(keys []string) string {
+	return fmt.Sprint(keys[:min(3, len(keys))])
+}
+
+// facetDiff names the first few counts that differ.
+func facetDiff(got, want facetCounts) string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		if got[k] != want[k] && len(out) < 4 {
+			out = append(out, fmt.Sprintf("%s=%d want %d", k, got[k], want[k]))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(got)) {
+		if _, ok := want[k]; !ok && len(out) < 4 {
+			out = append(out, fmt.Sprintf("unexpected %s=%d", k, got[k]))
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// timeWorkload runs w on p after a warm-up, iterations times or until the
+// budget is spent (at least 20 runs), and returns its percentiles. Every
+// run's result size must be the reference's for the same request.
+func timeWorkload(ctx context.Context, w workload, p peer, iterations int, budget time.Duration) (latency, error) {
+	for i := range min(iterations/10, 20) {
+		if _, err := w.run(ctx, p, i); err != nil {
+			return latency{}, err
+		}
+	}
+	var ds []time.Duration
+	start := time.Now()
+	for i := 0; i < iterations && (i < 20 || time.Since(start) < budget); i++ {
+		t := time.Now()
+		if _, err := w.run(ctx, p, i); err != nil {
+			return latency{}, err
+		}
+		ds = append(ds, time.Since(t))
+		if err := ctx.Err(); err != nil {
+			return latency{}, err
+		}
+	}
+	slices.Sort(ds)
+	return latency{p50: ds[len(ds)/2], p99: ds[len(ds)*99/100], n: len(ds)}, nil
+}
+
+// churnUpdates returns n updates of random objects, each a real change:
+// a new version whose status, message or labels differ from the version
+// the store holds at that point of the sequence.
+func churnUpdates(f indextest.Fleet, n int) []index.Object {
+	rnd := rand.New(rand.NewPCG(3, 4))
+	version := map[int]int{}
+	out := make([]index.Object, 0, n)
+	for len(out) < n {
+		i := rnd.IntN(f.Size())
+		cur := f.Version(i, version[i])
+		for v := version[i] + 1; ; v++ {
+			o := f.Version(i, v)
+			if o.Status != cur.Status || o.Message != cur.Message || !maps.Equal(o.Labels, cur.Labels) {
+				version[i] = v
+				out = append(out, o)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// churnRun applies updates at rate per second, in 10 ms ticks, while Q3
+// runs back to back for d, and returns Q3's latency and the rate reached.
+func churnRun(ctx context.Context, p peer, q3 workload, updates []index.Object, rate int, d time.Duration) (churnResult, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	const tick = 10 * time.Millisecond
+	perTick := max(1, rate/100)
+	var applied atomic.Int64
+	var werr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		next := time.Now()
+		for i := 0; i+perTick <= len(updates) && ctx.Err() == nil; i += perTick {
+			if err := p.update(ctx, updates[i:i+perTick]); err != nil {
+				if ctx.Err() == nil {
+					werr = err
+				}
+				cancel()
+				return
+			}
+			applied.Add(int64(perTick))
+			next = next.Add(tick)
+			if w := time.Until(next); w > 0 {
+				time.Sleep(w)
+			}
+		}
+	}()
+	var ds []time.Duration
+	start := time.Now()
+	for i := 0; time.Since(start) < d && ctx.Err() == nil; i++ {
+		t := time.Now()
+		if _, err := q3.run(ctx, p, i); err != nil {
+			if ctx.Err() == nil {
+				cancel()
+				wg.Wait()
+				return churnResult{}, err
+			}
+			break
+		}
+		ds = append(ds, time.Since(t))
+	}
+	elapsed := time.Since(start)
+	n := applied.Load()
+	cancel()
+	wg.Wait()
+	if werr != nil {
+		return churnResult{}, werr
+	}
+	if len(ds) == 0 {
+		return churnResult{}, errors.New("no query finished")
+	}
+	slices.Sort(ds)
+	return churnResult{rate: float64(n) / elapsed.Seconds(), p50: ds[len(ds)/2], p99: ds[len(ds)*99/100], queries: len(ds)}, nil
+}
+
+func us(d time.Duration) string { return strconv.FormatFloat(float64(d.Nanoseconds())/1e3, 'f', 1, 64) }
+
+// bestPeer returns the store with the lowest p50 among the peers measured
+// for a workload.
+func bestPeer(res *sizeResult, w string) (string, latency, bool) {
+	best, found := "", false
+	var bl latency
+	for _, s := range peerStores {
+		if l, ok := res.latency[w][s]; ok && (!found || l.p50 < bl.p50) {
+			best, bl, found = s, l, true
+		}
+	}
+	return best, bl, found
+}
+
+// printWorkload prints the compare line of one workload.
+func printWorkload(res *sizeResult, w string) {
+	lat := res.latency[w]
+	var b strings.Builder
+	fmt.Fprintf(&b, "compare: size=%d workload=%s rows=%d", res.objects, w, res.rows[w])
+	fg := lat["fleetgraph"]
+	fmt.Fprintf(&b, " fleetgraph_p50_us=%s fleetgraph_p99_us=%s", us(fg.p50), us(fg.p99))
+	for _, s := range allStores[1:] {
+		if l, ok := lat[s]; ok {
+			fmt.Fprintf(&b, " %s_p50_us=%s", s, us(l.p50))
+		}
+	}
+	if best, bl, ok := bestPeer(res, w); ok {
+		fmt.Fprintf(&b, " best_peer=%s best_peer_ratio=%.1f", best, float64(bl.p50)/float64(fg.p50))
+	}
+	fmt.Println(b.String())
+}
+
+// printSize prints the load, size and churn line of one fleet size.
+func printSize(res *sizeResult, churnRate int) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "compare: size=%d load_s", res.objects)
+	for _, s := range allStores {
+		if v, ok := res.loadS[s]; ok {
+			fmt.Fprintf(&b, " %s=%.1f", s, v)
+		}
+	}
+	b.WriteString(" bytes_per_object")
+	for _, s := range allStores {
+		if v, ok := res.bytes[s]; ok {
+			fmt.Fprintf(&b, " %s=%.0f", s, v)
+		}
+	}
+	fmt.Println(b.String())
+	if len(res.churn) == 0 {
+		return
+	}
+	b.Reset()
+	fmt.Fprintf(&b, "compare: size=%d churn_target_per_s=%d updates_per_s", res.objects, churnRate)
+	for _, s := range allStores {
+		if c, ok := res.churn[s]; ok {
+			fmt.Fprintf(&b, " %s=%.0f", s, c.rate)
+		}
+	}
+	b.WriteString(" q3_p50_us")
+	for _, s := range allStores {
+		if c, ok := res.churn[s]; ok {
+			fmt.Fprintf(&b, " %s=%s", s, us(c.p50))
+		}
+	}
+	b.WriteString(" q3_p99_us")
+	for _, s := range allStores {
+		if c, ok := res.churn[s]; ok {
+			fmt.Fprintf(&b, " %s=%s", s, us(c.p99))
+		}
+	}
+	fmt.Println(b.String())
+}
