@@ -195,7 +195,7 @@ func newFleetgraphHTTP(ref *fleetgraphPeer) (*fleetgraphHTTP, error) {
 		fmt.Fprintf(&csv, "token-%s,viewer-%s,uid-%s\n", s.id, s.id, s.id)
 		h.tokens[s.id] = "token-" + s.id
 	}
-	st, err := authz.ParseStaticTokens(strings.NewReader(csv.String()), "fleetbench tokens")
+	st, err := authz.ParseStaticTokens(strings.NewReader(csv.String()), "fleetbench tokens", authz.Naming{})
 	if err != nil {
 		return nil, err
 	}
