@@ -15,6 +15,7 @@ import (
 	"github.com/fleetgraph/fleetgraph/collector"
 	"github.com/fleetgraph/fleetgraph/connection"
 	"github.com/fleetgraph/fleetgraph/connection/edge"
+	"github.com/fleetgraph/fleetgraph/connection/sources"
 	"github.com/fleetgraph/fleetgraph/graph"
 	"github.com/fleetgraph/fleetgraph/index"
 )
@@ -27,9 +28,13 @@ const shutdownTimeout = 5 * time.Second
 // has a working default.
 type Config struct {
 	// Clusters are collected in pull mode from the start. More can be
-	// added while running with AddCluster, or from Secrets with
-	// connection.SecretSource on Manager().
+	// added while running with AddCluster.
 	Clusters []connection.Spec
+	// Sources are inventories of clusters that Run watches (kubeconfig
+	// contexts, Cluster API, Argo CD, ...): their clusters come, change
+	// and go while the server runs. /readyz waits until each has listed
+	// once.
+	Sources []sources.Source
 	// Kinds, if set, restricts collection to these kinds ("Pod",
 	// "Kustomization.kustomize.toolkit.fluxcd.io"); RBAC kinds are always
 	// collected. ExtraKinds adds kinds as "group/version/Kind".
@@ -70,13 +75,15 @@ type Config struct {
 // Server is an embeddable fleetgraph: an index fed by pull collectors, an
 // RBAC authorizer over it, and the GraphQL API.
 type Server struct {
-	store   *index.Store
-	authz   *authz.Authorizer
-	manager *connection.Manager
-	edges   *edge.Hub // nil without EdgeTokens
-	handler *graph.Handler
-	root    http.Handler
-	logger  *slog.Logger
+	store    *index.Store
+	authz    *authz.Authorizer
+	manager  *connection.Manager
+	registry *sources.Registry
+	sources  []sources.Source
+	edges    *edge.Hub // nil without EdgeTokens
+	handler  *graph.Handler
+	root     http.Handler
+	logger   *slog.Logger
 }
 
 // New wires a Server. It starts nothing: Run collects and Handler serves.
@@ -113,6 +120,10 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	claims := sources.NewRegistry(manager, cfg.Logger)
+	for _, src := range cfg.Sources {
+		claims.Expect(src.Name())
+	}
 
 	var leaf graph.LeafClients = manager
 	var edges *edge.Hub
@@ -132,7 +143,12 @@ func New(cfg Config) (*Server, error) {
 	gopts.Store, gopts.Authorizer, gopts.Authenticator = store, az, cfg.Authenticator
 	gopts.LeafClients, gopts.AdminGroups = leaf, cfg.AdminGroups
 	gopts.Registry, gopts.Logger = cfg.Registry, cfg.Logger
+	// Ready once every source has listed once and every cluster has
+	// synced or reported why it cannot.
 	gopts.Ready = func(context.Context) error {
+		if err := claims.Ready(); err != nil {
+			return err
+		}
 		if f := connection.Fleet(store.ListClusters(nil)); f.Rebuilding {
 			return errors.New(f.Message)
 		}
@@ -149,11 +165,15 @@ func New(cfg Config) (*Server, error) {
 		mux.Handle("/", h)
 		root = mux
 	}
-	return &Server{store: store, authz: az, manager: manager, edges: edges, handler: h, root: root, logger: cfg.Logger}, nil
+	return &Server{
+		store: store, authz: az, manager: manager, registry: claims, sources: cfg.Sources,
+		edges: edges, handler: h, root: root, logger: cfg.Logger,
+	}, nil
 }
 
 // Handler serves the API: /graphql (POST and websocket), GraphiQL at /,
-// /healthz, /readyz (ready once every reachable cluster has synced) and
+// /healthz, /readyz (ready once every source has listed once and every
+// cluster has synced or reported an error) and
 // /metrics, and /edge for edge agents when EdgeTokens is set.
 func (s *Server) Handler() http.Handler { return s.root }
 
@@ -174,16 +194,27 @@ func (s *Server) RemoveCluster(ctx context.Context, name string) error {
 	return s.manager.Remove(ctx, name)
 }
 
-// Run collects from the clusters and serves edge sessions until ctx ends,
-// then tells websocket clients the server is going away.
+// Run watches the sources, collects from the clusters and serves edge
+// sessions until ctx ends, then tells websocket clients the server is going
+// away. A source that can never work (for example a missing provider file)
+// stops the server with its error.
 func (s *Server) Run(ctx context.Context) error {
-	edgeErr := make(chan error, 1)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	edgeErr, srcErr := make(chan error, 1), make(chan error, 1)
 	if s.edges != nil {
 		go func() { edgeErr <- s.edges.Run(ctx) }()
 	} else {
 		edgeErr <- nil
 	}
-	err := errors.Join(s.manager.Run(ctx), <-edgeErr)
+	go func() {
+		err := sources.Run(ctx, s.registry, s.sources...)
+		if err != nil {
+			cancel()
+		}
+		srcErr <- err
+	}()
+	err := errors.Join(s.manager.Run(ctx), <-edgeErr, <-srcErr)
 	closeCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	return errors.Join(err, s.handler.Close(closeCtx))

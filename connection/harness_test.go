@@ -2,7 +2,6 @@ package connection
 
 import (
 	"context"
-	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -58,36 +57,5 @@ func newHarness(t *testing.T, opts Options, specs ...Spec) *harness {
 // startClusters starts clusters concurrently.
 func startClusters(t *testing.T, opts ...testcluster.Options) []*testcluster.Cluster {
 	t.Helper()
-	out := make([]*testcluster.Cluster, len(opts))
-	var wg sync.WaitGroup
-	for i, o := range opts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := testcluster.New(t.Context(), o)
-			if err != nil {
-				t.Errorf("start %s: %v", o.Name, err)
-				return
-			}
-			out[i] = c
-		}()
-	}
-	wg.Wait()
-	for _, c := range out {
-		if c == nil {
-			continue
-		}
-		t.Cleanup(func() {
-			if t.Failed() {
-				t.Logf("cluster %s log tail:\n%s", c.Name, c.LogTail(30))
-			}
-			if err := c.Close(); err != nil {
-				t.Errorf("close %s: %v", c.Name, err)
-			}
-		})
-	}
-	if t.Failed() {
-		t.FailNow()
-	}
-	return out
+	return testcluster.StartAll(t, opts...)
 }

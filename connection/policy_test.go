@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/fleetgraph/fleetgraph/authz"
 	"github.com/fleetgraph/fleetgraph/connection/internal/conntest"
@@ -105,66 +104,6 @@ func TestRevocationReachesAuthz(t *testing.T) {
 		if !az.ClusterAccess(c.Name, alice).Allows(index.GroupResource{Resource: "services"}, "ns-0", "svc-0") {
 			t.Error("alice lost services too")
 		}
-	})
-}
-
-func TestSecretSourceAddsAndRemovesClusters(t *testing.T) {
-	t.Parallel()
-	cs := startClusters(t, testcluster.Options{Name: "mgmt"}, testcluster.Options{Name: "leaf"})
-	mgmt, leaf := cs[0], cs[1]
-	h := newHarness(t, Options{})
-	src := &SecretSource{Client: mgmt.Client(), Namespace: "default", Selector: "fleetgraph.io/cluster=true", Manager: h.mgr}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-
-	kubeconfig, err := clientcmd.Write(*leaf.KubeconfigFor(testcluster.AdminUser))
-	if err != nil {
-		t.Fatal(err)
-	}
-	secrets := mgmt.Client().CoreV1().Secrets("default")
-	if _, err := secrets.Create(t.Context(), &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "leaf-secret", Labels: map[string]string{
-			"fleetgraph.io/cluster": "true", SecretClusterNameLabel: "leaf-from-secret", "region": "eu",
-		}},
-		Data: map[string][]byte{SecretKubeconfigKey: kubeconfig},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// A secret with a broken kubeconfig is a cluster with a clear error.
-	if _, err := secrets.Create(t.Context(), &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "broken", Labels: map[string]string{"fleetgraph.io/cluster": "true"}},
-		Data:       map[string][]byte{SecretKubeconfigKey: []byte("{{{")},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	h.rec.WaitFor(t, "leaf-from-secret", index.StateConnected, 1, 60*time.Second)
-	row, _ := h.store.GetCluster(nil, "leaf-from-secret")
-	if row.Labels["region"] != "eu" {
-		t.Errorf("labels %v, want region=eu", row.Labels)
-	}
-	h.rec.WaitFor(t, "broken", index.StateDisconnected, 1, 20*time.Second)
-	if row, _ := h.store.GetCluster(nil, "broken"); !strings.Contains(row.LastError, "parse kubeconfig") {
-		t.Errorf("broken secret: lastError %q", row.LastError)
-	}
-
-	if err := secrets.Delete(t.Context(), "leaf-secret", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	conntest.Eventually(t, 10*time.Second, "cluster removal", func() error {
-		if _, ok := h.store.GetCluster(nil, "leaf-from-secret"); ok {
-			return fmt.Errorf("cluster still present")
-		}
-		if n := len(conntest.RowVersions(t, h.store, "leaf-from-secret")); n != 0 {
-			return fmt.Errorf("%d rows left", n)
-		}
-		return nil
 	})
 }
 

@@ -2,6 +2,7 @@ package connection
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"maps"
@@ -94,29 +95,48 @@ func checkContext(raw *clientcmdapi.Config, name string) error {
 	return nil
 }
 
-// specFromKubeconfig returns a Spec whose Config parses kubeconfig bytes
-// from get on every call, using the current context.
-func specFromKubeconfig(name string, labels map[string]string, get func() []byte) Spec {
-	return Spec{
-		Name:   name,
-		Labels: labels,
-		Config: func(context.Context) (*rest.Config, error) {
-			data := get()
-			if len(data) == 0 {
-				return nil, fmt.Errorf("cluster %q: empty kubeconfig", name)
-			}
-			raw, err := clientcmd.Load(data)
-			if err != nil {
-				return nil, fmt.Errorf("cluster %q: parse kubeconfig: %w", name, err)
-			}
-			if err := checkContext(raw, raw.CurrentContext); err != nil {
-				return nil, fmt.Errorf("cluster %q: %w", name, err)
-			}
-			cfg, err := clientcmd.NewDefaultClientConfig(*raw, &clientcmd.ConfigOverrides{}).ClientConfig()
-			if err != nil {
-				return nil, fmt.Errorf("cluster %q: kubeconfig: %w", name, err)
-			}
-			return cfg, nil
-		},
+// ErrNoCurrentContext is returned for a kubeconfig that names no current
+// context: clusters from sources use the current context, and guessing
+// another one would connect with credentials nobody chose.
+var ErrNoCurrentContext = errors.New("kubeconfig has no current context")
+
+// KubeconfigConfig parses a kubeconfig and returns the client config of its
+// current context. A kubeconfig that does not parse, names no current
+// context, names a cluster or user it does not define, or holds a CA that
+// is not PEM is an error that says which.
+func KubeconfigConfig(data []byte) (*rest.Config, error) {
+	if len(data) == 0 {
+		return nil, errors.New("empty kubeconfig")
 	}
+	raw, err := clientcmd.Load(data)
+	if err != nil {
+		return nil, fmt.Errorf("parse kubeconfig: %w", err)
+	}
+	if raw.CurrentContext == "" {
+		return nil, ErrNoCurrentContext
+	}
+	if err := checkContext(raw, raw.CurrentContext); err != nil {
+		return nil, err
+	}
+	cfg, err := clientcmd.NewDefaultClientConfig(*raw, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	if err := CheckCA(cfg); err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	return cfg, nil
+}
+
+// CheckCA rejects a config whose CA data holds no PEM certificate. client-go
+// accepts it and fails later, when building a transport, with an error that
+// does not say which source is at fault.
+func CheckCA(cfg *rest.Config) error {
+	if len(cfg.CAData) == 0 {
+		return nil
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(cfg.CAData) {
+		return errors.New("the certificate authority data holds no PEM certificate")
+	}
+	return nil
 }

@@ -10,16 +10,20 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/fleetgraph/fleetgraph"
 	"github.com/fleetgraph/fleetgraph/authz"
 	"github.com/fleetgraph/fleetgraph/connection"
 	"github.com/fleetgraph/fleetgraph/connection/edge"
+	"github.com/fleetgraph/fleetgraph/connection/sources"
 	"github.com/fleetgraph/fleetgraph/graph"
 )
 
@@ -28,6 +32,12 @@ type serveFlags struct {
 	listen            string
 	kubeconfig        string
 	contexts          []string
+	clusterLabels     []string
+	sourceNames       []string
+	mgmtKubeconfig    string
+	sourceNamespace   string
+	argoNamespace     string
+	providerFile      string
 	secretNamespace   string
 	secretSelector    string
 	tokensFile        string
@@ -56,8 +66,15 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.listen, "listen", ":8080", "address to serve the API on")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig whose contexts are the clusters (default $KUBECONFIG or ~/.kube/config)")
 	fl.StringSliceVar(&f.contexts, "context", nil, "collect only these contexts (repeatable; default every context)")
-	fl.StringVar(&f.secretNamespace, "cluster-secrets-namespace", "", "also collect clusters from labelled Secrets in this namespace of the cluster fleetgraph runs in")
-	fl.StringVar(&f.secretSelector, "cluster-secrets-selector", "fleetgraph.io/cluster=true", "label selector of cluster Secrets")
+	fl.StringArrayVar(&f.clusterLabels, "cluster-label", nil, "label the clusters of kubeconfig contexts: [CONTEXT:]KEY=VALUE, for every context without CONTEXT: (repeatable)")
+	fl.StringSliceVar(&f.sourceNames, "source", nil, "where clusters come from: "+strings.Join(append([]string{sources.KubeconfigSource}, sources.Names...), ", ")+
+		" (default kubeconfig, plus secrets with --cluster-secrets-namespace)")
+	fl.StringVar(&f.mgmtKubeconfig, "management-kubeconfig", "", "kubeconfig of the management cluster the sources read (default: the cluster fleetgraph runs in)")
+	fl.StringVar(&f.sourceNamespace, "source-namespace", "", "read GitopsClusters, Cluster API Clusters and ClusterProfiles in this namespace only (default all)")
+	fl.StringVar(&f.argoNamespace, "argocd-namespace", sources.DefaultArgoCDNamespace, "namespace of Argo CD's cluster Secrets")
+	fl.StringVar(&f.providerFile, "clusterprofile-provider-file", "", "access-provider file of the clusterprofile source (the cluster inventory API's exec plugins)")
+	fl.StringVar(&f.secretNamespace, "cluster-secrets-namespace", "", "namespace of the labelled cluster Secrets of the secrets source")
+	fl.StringVar(&f.secretSelector, "cluster-secrets-selector", sources.DefaultSecretsSelector, "label selector of cluster Secrets")
 	fl.StringVar(&f.tokensFile, "tokens-file", "", "static tokens in kube-apiserver --token-auth-file CSV format")
 	fl.StringVar(&f.edgeTokensFile, "edge-tokens-file", "", "accept edge agents at /edge: one \"token,cluster\" per line (re-read when it changes)")
 	fl.StringVar(&f.oidcIssuer, "oidc-issuer", "", "OIDC issuer URL")
@@ -86,20 +103,21 @@ func newServeCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Collect from every cluster of a kubeconfig and serve the GraphQL API",
-		Long: `serve collects every context of --kubeconfig (or the --context ones), and
-clusters from labelled Secrets, into an in-memory index and serves it over
-GraphQL at /graphql, filtered by each cluster's RBAC. At least one
-authenticator (--tokens-file, --oidc-issuer or --requestheader-client-ca-file)
-is required.`,
+		Long: `serve collects clusters into an in-memory index and serves it over GraphQL
+at /graphql, filtered by each cluster's RBAC. Clusters come from --source:
+every context of --kubeconfig (or the --context ones), and inventories kept
+in a management cluster (--management-kubeconfig, default the cluster
+fleetgraph runs in): Weave GitOps GitopsClusters, Cluster API Clusters,
+Argo CD cluster Secrets, SIG-Multicluster ClusterProfiles and labelled
+Secrets. Each is watched: clusters come, change and go while serve runs.
+At least one authenticator (--tokens-file, --oidc-issuer or
+--requestheader-client-ca-file) is required.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			specs, err := connection.KubeconfigSpecs(f.kubeconfig, f.contexts)
-			// A kubeconfig without contexts is fine when clusters come
-			// from Secrets or edge agents.
-			if err != nil && (!errors.Is(err, connection.ErrNoContexts) || (f.secretNamespace == "" && f.edgeTokensFile == "")) {
+			if err := f.defaultSources(); err != nil {
 				return err
 			}
-			return serve(cmd.Context(), &f, specs)
+			return serve(cmd.Context(), &f, nil)
 		},
 	}
 	f.register(cmd)
@@ -118,9 +136,13 @@ func serve(ctx context.Context, f *serveFlags, specs []connection.Spec) error {
 			return err
 		}
 	}
+	srcs, err := f.sources()
+	if err != nil {
+		return err
+	}
 	srv, err := fleetgraph.New(fleetgraph.Config{
-		EdgeTokens: edgeTokens,
-		Clusters:   specs, Kinds: f.kinds, ExtraKinds: f.extraKinds,
+		EdgeTokens: edgeTokens, Sources: srcs,
+		Clusters: specs, Kinds: f.kinds, ExtraKinds: f.extraKinds,
 		Namespaces: f.namespaces, ExcludeNamespaces: f.excludeNamespaces, Relist: f.relist,
 		Authenticator: authn, AdminGroups: f.adminGroups,
 		Graph: graph.Options{DisableIntrospection: f.noIntrospection, Websocket: graph.WebsocketOptions{OriginPatterns: f.originPatterns}},
@@ -131,19 +153,11 @@ func serve(ctx context.Context, f *serveFlags, specs []connection.Spec) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make(chan error, 4)
+	errs := make(chan error, 2)
 	running := 1
 	if tokens != nil {
 		running++
 		go func() { tokens.Run(ctx); errs <- nil }()
-	}
-	if f.secretNamespace != "" {
-		source, err := f.secretSource(srv.Manager())
-		if err != nil {
-			return err
-		}
-		running++
-		go func() { errs <- source.Run(ctx) }()
 	}
 
 	httpServer := &http.Server{Addr: f.listen, Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
@@ -159,7 +173,7 @@ func serve(ctx context.Context, f *serveFlags, specs []connection.Spec) error {
 			return err
 		}
 	}
-	slog.Info("serving", "url", scheme+"://"+ln.Addr().String()+"/graphql", "clusters", len(specs))
+	slog.Info("serving", "url", scheme+"://"+ln.Addr().String()+"/graphql", "clusters", len(specs), "sources", f.sourceNames)
 	go func() {
 		var err error
 		if f.tlsCert != "" {
@@ -280,15 +294,123 @@ func loadCertPool(path string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// secretSource watches cluster Secrets in the cluster fleetgraph runs in.
-func (f *serveFlags) secretSource(m *connection.Manager) (*connection.SecretSource, error) {
+// defaultSources fills in --source when it is not given: the kubeconfig's
+// contexts, and the labelled Secrets when --cluster-secrets-namespace is
+// set. A kubeconfig without contexts is fine then if clusters come from
+// Secrets or edge agents.
+func (f *serveFlags) defaultSources() error {
+	if len(f.sourceNames) > 0 {
+		return nil
+	}
+	if f.secretNamespace != "" {
+		f.sourceNames = append(f.sourceNames, sources.SecretsSource)
+	}
+	_, err := connection.KubeconfigSpecs(f.kubeconfig, f.contexts)
+	switch {
+	case err == nil:
+		f.sourceNames = append(f.sourceNames, sources.KubeconfigSource)
+	case !errors.Is(err, connection.ErrNoContexts) || (len(f.sourceNames) == 0 && f.edgeTokensFile == ""):
+		return err
+	}
+	return nil
+}
+
+// sources builds the --source sources. The kubeconfig is checked at once,
+// so a typo in --context fails the start instead of showing as a broken
+// cluster.
+func (f *serveFlags) sources() ([]sources.Source, error) {
+	for _, name := range f.sourceNames {
+		switch {
+		case !sources.Valid(name):
+			_, err := sources.New(name, sources.Options{})
+			return nil, fmt.Errorf("--source: %w", err)
+		case name == sources.SecretsSource && f.secretNamespace == "":
+			return nil, errors.New("--source secrets needs --cluster-secrets-namespace")
+		case name == sources.ClusterProfileSource && f.providerFile == "":
+			return nil, errors.New("--source clusterprofile needs --clusterprofile-provider-file")
+		}
+	}
+	if len(f.clusterLabels) > 0 && !slices.Contains(f.sourceNames, sources.KubeconfigSource) {
+		return nil, errors.New("--cluster-label labels kubeconfig contexts; other sources take labels from their objects")
+	}
+	var out []sources.Source
+	var opts *sources.Options
+	for _, name := range f.sourceNames {
+		if name == sources.KubeconfigSource {
+			if _, err := connection.KubeconfigSpecs(f.kubeconfig, f.contexts); err != nil {
+				return nil, err
+			}
+			labels, err := parseClusterLabels(f.clusterLabels)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, sources.NewKubeconfig(sources.KubeconfigOptions{
+				Path: f.kubeconfig, Contexts: f.contexts, Labels: labels, Logger: slog.Default(),
+			}))
+			continue
+		}
+		if opts == nil {
+			mgmt, err := f.managementConfig()
+			if err != nil {
+				return nil, fmt.Errorf("--source %s: %w", name, err)
+			}
+			opts = &sources.Options{
+				Management: mgmt, Namespace: f.sourceNamespace, ArgoCDNamespace: f.argoNamespace,
+				SecretsNamespace: f.secretNamespace, SecretsSelector: f.secretSelector,
+				ProviderFile: f.providerFile, Logger: slog.Default(),
+			}
+		}
+		src, err := sources.New(name, *opts)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, src)
+	}
+	return out, nil
+}
+
+// managementConfig reaches the cluster that holds the inventories.
+func (f *serveFlags) managementConfig() (*rest.Config, error) {
+	if f.mgmtKubeconfig != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", f.mgmtKubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("--management-kubeconfig: %w", err)
+		}
+		return cfg, nil
+	}
 	cfg, err := rest.InClusterConfig()
 	if err != nil {
-		return nil, fmt.Errorf("--cluster-secrets-namespace needs to run in a cluster: %w", err)
+		return nil, fmt.Errorf("no management cluster: give --management-kubeconfig or run in a cluster: %w", err)
 	}
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("in-cluster client: %w", err)
+	return cfg, nil
+}
+
+// parseClusterLabels reads --cluster-label values, [CONTEXT:]KEY=VALUE,
+// into labels by context ("" for every context).
+func parseClusterLabels(values []string) (map[string]map[string]string, error) {
+	out := map[string]map[string]string{}
+	for _, v := range values {
+		eq := strings.Index(v, "=")
+		if eq < 0 {
+			return nil, fmt.Errorf("--cluster-label %q: want [CONTEXT:]KEY=VALUE", v)
+		}
+		// Label keys hold no ":", contexts may (EKS ARNs): the context
+		// ends at the last ":" before the "=".
+		ctx, kv := "", v
+		if i := strings.LastIndex(v[:eq], ":"); i >= 0 {
+			ctx, kv = v[:i], v[i+1:]
+		}
+		key, value, _ := strings.Cut(kv, "=")
+		if errs := validation.IsQualifiedName(key); len(errs) > 0 {
+			return nil, fmt.Errorf("--cluster-label %q: key: %s", v, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(value); len(errs) > 0 {
+			return nil, fmt.Errorf("--cluster-label %q: value: %s", v, strings.Join(errs, "; "))
+		}
+		if out[ctx] == nil {
+			out[ctx] = map[string]string{}
+		}
+		out[ctx][key] = value
 	}
-	return &connection.SecretSource{Client: client, Namespace: f.secretNamespace, Selector: f.secretSelector, Manager: m}, nil
+	return out, nil
 }

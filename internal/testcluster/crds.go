@@ -28,6 +28,12 @@ var IstioCRDs []byte
 //go:embed testdata/flux-crds.yaml
 var FluxCRDs []byte
 
+// SourceCRDs holds minimal structural CRDs for the cluster inventories
+// fleetgraph reads: GitopsCluster, Cluster API Cluster and ClusterProfile.
+//
+//go:embed testdata/source-crds.yaml
+var SourceCRDs []byte
+
 // crdEstablishTimeout bounds the wait for new CRDs to be served.
 const crdEstablishTimeout = 60 * time.Second
 
@@ -41,6 +47,12 @@ func (c *Cluster) InstallIstioCRDs(ctx context.Context) error {
 // InstallFluxCRDs installs the Flux CRDs and waits until they are served.
 func (c *Cluster) InstallFluxCRDs(ctx context.Context) error {
 	return c.InstallCRDs(ctx, FluxCRDs)
+}
+
+// InstallSourceCRDs installs the cluster-inventory CRDs and waits until
+// they are served.
+func (c *Cluster) InstallSourceCRDs(ctx context.Context) error {
+	return c.InstallCRDs(ctx, SourceCRDs)
 }
 
 // InstallCRDs creates every CustomResourceDefinition in a multi-document
