@@ -319,7 +319,7 @@ func TestClusterNamedGrantInIndex(t *testing.T) {
 	if !Allows(ca, podsGR, "ns2", "x") || Allows(ca, podsGR, "ns2", "y") {
 		t.Fatalf("Allows: x should be visible in ns2, y not; access %+v", ca)
 	}
-	p, err := s.Query(ctx, index.Query{Access: a.Access(id, []string{cluster})})
+	p, err := s.Query(ctx, index.Query{Access: a.Access(id)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package authz
 import (
 	"context"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -11,11 +12,11 @@ import (
 	"github.com/fleetgraph/fleetgraph/index"
 )
 
-// DefaultMaxIdentities is the default bound on cached access sets per
-// cluster. An access set of a user bound in thousands of namespaces is tens
-// of kilobytes; a few thousand active viewers per cluster is plenty, and the
-// bound keeps a flood of distinct identities from growing memory without
-// limit.
+// DefaultMaxIdentities is the default bound on the viewers whose access the
+// Authorizer caches. An access set of a user bound in thousands of
+// namespaces is tens of kilobytes; a few thousand active viewers is plenty,
+// and the bound keeps a flood of distinct identities from growing memory
+// without limit.
 const DefaultMaxIdentities = 4096
 
 // Options configures an Authorizer.
@@ -24,79 +25,79 @@ type Options struct {
 	Mappings map[string]Mapping
 	// DefaultMapping applies to clusters not in Mappings.
 	DefaultMapping Mapping
-	// MaxIdentities bounds the cached access sets per cluster; when it is
-	// exceeded the cluster's cache starts over. Zero means
-	// DefaultMaxIdentities.
+	// MaxIdentities bounds the viewers whose access is cached; when it is
+	// exceeded the cache starts over. Zero means DefaultMaxIdentities.
 	MaxIdentities int
 }
 
-// Authorizer computes and caches access sets, and answers single RBAC
-// questions, for the whole fleet.
+// Authorizer answers "what may this identity read" for the whole fleet, and
+// single RBAC questions.
 //
-// Freshness: every call first checks that the cluster's policy did not
-// change (PolicyRevision, or the RevisionNotifier channel). When it did, the cluster's compiled policy is rebuilt once and all of that
-// cluster's cached access sets are dropped; other clusters are untouched.
-// So a revoked binding is effective on the first call after the index
-// stores the change, with no time-based expiry.
+// It owns fleetgraph's one cache of access: per identity, the fleet-wide
+// *index.Access that Access returns, which the index applies to queries,
+// facets and subscriptions and which nobody else keeps a copy of. Each
+// cluster's part is computed from that cluster's own RBAC rows and kinds,
+// compiled once per policy revision (compiledPolicy), so an answer never
+// costs more because the viewer has many bindings.
+//
+// Freshness: the cache holds for one index.PolicyRevisions of the source.
+// Every call polls its Changed channel, a non-blocking receive; once it has
+// closed (an RBAC row or the kinds of some cluster changed, or a cluster
+// entered or left the fleet) the revisions are read again, a cluster whose
+// revision moved is compiled again on first use, and each identity's
+// answer is rebuilt on its next request, keeping the parts of clusters
+// whose policy did not move. So a revoked binding is effective on the
+// first call after the index stores the change, with no time-based expiry,
+// and a change in one cluster costs the others nothing but a map copy.
 //
 // Concurrency: Authorizer is safe for concurrent use and starts no
-// goroutines. Cached reads take no lock; a cluster's policy is compiled
-// under that cluster's mutex, once per revision, by the first caller that
-// needs it, while callers for other clusters proceed.
+// goroutines. Cached reads take no lock; refreshes are serialized, and a
+// cluster's policy is compiled once, by the first caller that needs it.
 type Authorizer struct {
-	src      PolicySource
-	eval     *Evaluator
-	opts     Options
-	maxIDs   int64
-	empty    *index.ClusterAccess // the one shared "sees nothing" answer
-	mu       sync.Mutex           // serializes additions to clusters
-	clusters atomic.Pointer[map[string]*clusterState]
+	src    PolicySource
+	eval   *Evaluator
+	opts   Options
+	maxIDs int64
+	empty  *index.ClusterAccess // the one shared "sees nothing in this cluster" answer
+
+	mu  sync.Mutex // serializes refresh
+	cur atomic.Pointer[fleetState]
 }
 
-// clusterState holds one cluster's compiled policy and cached access sets.
-type clusterState struct {
-	mu   sync.Mutex // serializes compiles
-	snap atomic.Pointer[snapshot]
+// fleetState is the fleet's policy at one set of revisions and the answers
+// built from it.
+type fleetState struct {
+	changed  <-chan struct{}
+	revs     map[string]uint64
+	clusters map[string]*clusterPolicy
+	views    atomic.Pointer[viewCache]
+	// prev is the state with other revisions that this one replaced: a
+	// rebuilt answer takes from it the parts of clusters whose policy did
+	// not change. Only one generation is kept.
+	prev atomic.Pointer[fleetState]
 }
 
-// snapshot is a compiled policy and the access sets built from it. It is
-// replaced when the revision changes.
-type snapshot struct {
+// clusterPolicy is one cluster's policy at one revision, compiled on first
+// use.
+type clusterPolicy struct {
+	rev    uint64
+	once   sync.Once
 	policy *compiledPolicy
-	// changed is closed at the next policy change, when the source is a
-	// RevisionNotifier; nil otherwise.
-	changed <-chan struct{}
-	cache   *accessCache
 }
 
-// accessCache holds the access sets built from one compiled policy.
-type accessCache struct {
-	entries sync.Map // Identity.anyKey → *index.ClusterAccess
+// viewCache holds the answers of one fleetState by identity.
+type viewCache struct {
+	entries sync.Map // Identity.anyKey → *index.Access
 	n       atomic.Int64
 }
 
-// fresh reports whether the snapshot still describes the cluster's policy.
-func (s *snapshot) fresh(src PolicySource, cluster string) bool {
-	if s.changed != nil {
-		select {
-		case <-s.changed:
-			return false
-		default:
-			return true
-		}
-	}
-	return src.PolicyRevision(cluster) == s.policy.rev
-}
-
-// NewAuthorizer returns an Authorizer that reads RBAC rows and kinds from
-// src, which is normally *index.Store.
+// NewAuthorizer returns an Authorizer that reads RBAC rows, kinds and
+// policy revisions from src, which is normally *index.Store.
 func NewAuthorizer(src PolicySource, opts Options) *Authorizer {
 	a := &Authorizer{src: src, eval: NewEvaluator(src), opts: opts, maxIDs: int64(opts.MaxIdentities), empty: &index.ClusterAccess{}}
 	if a.maxIDs <= 0 {
 		a.maxIDs = DefaultMaxIdentities
 	}
-	empty := map[string]*clusterState{}
-	a.clusters.Store(&empty)
 	return a
 }
 
@@ -117,70 +118,70 @@ func (a *Authorizer) MappedUser(cluster string, id *Identity) user.Info {
 // Authorize decides one request in one cluster for the viewer, after
 // mapping the identity for that cluster. It reads the RBAC rows directly
 // and caches nothing, so it suits one-off checks such as a detail view;
-// use ClusterAccess for filtering many objects.
+// use Access for filtering many objects.
 func (a *Authorizer) Authorize(ctx context.Context, cluster string, id *Identity, attrs Attributes) (Decision, error) {
 	attrs.User = a.MappedUser(cluster, id)
 	return a.eval.Authorize(ctx, cluster, &attrs)
 }
 
-// ClusterAccess returns what the viewer may see in one cluster. The result
-// is shared and must not be mutated. Its cost on a cache hit is a freshness
-// check (a channel poll with a RevisionNotifier source, else a revision
-// read) and two map lookups, whatever the number of bindings.
-func (a *Authorizer) ClusterAccess(cluster string, id *Identity) *index.ClusterAccess {
-	if h := id.last.Load(); h != nil && h.authorizer == a && h.cluster == cluster {
-		if snap := h.state.snap.Load(); snap == h.snap && snap.fresh(a.src, cluster) {
-			return h.access
-		}
+// Access returns what the viewer may see in the whole fleet: one
+// *index.ClusterAccess per cluster where the viewer sees something
+// (clusters where nothing is visible are left out, so the index does not
+// visit them). The result is shared and must not be mutated. On a cache
+// hit it costs a channel poll and one map lookup, whatever the number of
+// clusters and bindings.
+func (a *Authorizer) Access(id *Identity) *index.Access {
+	st := a.state()
+	vc := st.views.Load()
+	if v, ok := vc.entries.Load(id.anyKey); ok {
+		return v.(*index.Access)
 	}
-	cs := a.state(cluster)
-	snap := cs.snap.Load()
-	if snap == nil || !snap.fresh(a.src, cluster) {
-		snap = a.refresh(cs, cluster)
-	}
-	remember := func(ca *index.ClusterAccess) *index.ClusterAccess {
-		id.last.Store(&identityHit{authorizer: a, cluster: cluster, state: cs, snap: snap, access: ca})
-		return ca
-	}
-	if v, ok := snap.cache.entries.Load(id.anyKey); ok {
-		return remember(v.(*index.ClusterAccess))
-	}
-	ca := snap.policy.accessFor(a.MappedUser(cluster, id))
-	if isEmpty(ca) {
-		// Most viewers see nothing in most clusters of a large fleet.
-		// Caching those empty answers per identity and cluster cost more
-		// memory than the rest of a subscriber (about 14 KiB at 100
-		// clusters), and recomputing one is a walk over the few bindings
-		// of the identity's subjects.
-		return remember(a.empty)
-	}
-	if snap.cache.n.Add(1) > a.maxIDs {
+	acc := a.build(st, id)
+	if vc.n.Add(1) > a.maxIDs {
 		// Start over rather than track recency: the next callers rebuild
-		// what they need in about a millisecond at most.
-		cs.snap.CompareAndSwap(snap, &snapshot{policy: snap.policy, changed: snap.changed, cache: &accessCache{}})
-		return ca
+		// what they need, mostly from compiled policies.
+		st.views.CompareAndSwap(vc, &viewCache{})
+		return acc
 	}
-	if v, loaded := snap.cache.entries.LoadOrStore(id.anyKey, ca); loaded {
-		return remember(v.(*index.ClusterAccess))
-	}
-	return remember(ca)
-}
-
-// Access returns what the viewer may see in the given clusters, the value
-// the index applies to queries, facets and the change feed. Clusters where
-// nothing is visible are left out, so the index does not visit them.
-func (a *Authorizer) Access(id *Identity, clusters []string) *index.Access {
-	acc := &index.Access{Clusters: make(map[string]*index.ClusterAccess, len(clusters))}
-	for _, c := range clusters {
-		if ca := a.ClusterAccess(c, id); !isEmpty(ca) {
-			acc.Clusters[c] = ca
-		}
+	if v, loaded := vc.entries.LoadOrStore(id.anyKey, acc); loaded {
+		return v.(*index.Access)
 	}
 	return acc
 }
 
-func isEmpty(ca *index.ClusterAccess) bool {
-	return !ca.All && len(ca.Everywhere) == 0 && len(ca.Namespaces) == 0 && len(ca.Named) == 0
+// ClusterAccess returns what the viewer may see in one cluster: the part of
+// Access for that cluster, or an empty ClusterAccess. The result is shared
+// and must not be mutated.
+func (a *Authorizer) ClusterAccess(cluster string, id *Identity) *index.ClusterAccess {
+	if ca := a.Access(id).Clusters[cluster]; ca != nil {
+		return ca
+	}
+	return a.empty
+}
+
+// build computes the viewer's answer in st, reusing from st.prev the part
+// of each cluster whose compiled policy is the same.
+func (a *Authorizer) build(st *fleetState, id *Identity) *index.Access {
+	var prev *index.Access
+	prevSt := st.prev.Load()
+	if prevSt != nil {
+		if v, ok := prevSt.views.Load().entries.Load(id.anyKey); ok {
+			prev = v.(*index.Access)
+		}
+	}
+	acc := &index.Access{Clusters: map[string]*index.ClusterAccess{}}
+	for name, cp := range st.clusters {
+		if prev != nil && prevSt.clusters[name] == cp {
+			if ca := prev.Clusters[name]; ca != nil {
+				acc.Clusters[name] = ca
+			}
+			continue
+		}
+		if ca := cp.compiled(a.src, name).accessFor(a.MappedUser(name, id)); !ca.Empty() {
+			acc.Clusters[name] = ca
+		}
+	}
+	return acc
 }
 
 // PolicyErrors returns the resolution errors of the cluster's current
@@ -188,78 +189,76 @@ func isEmpty(ca *index.ClusterAccess) bool {
 // ErrRoleNotFound). They are not failures, since such bindings just grant
 // nothing, but they explain access a user expected and did not get.
 func (a *Authorizer) PolicyErrors(cluster string) []error {
-	cs := a.state(cluster)
-	snap := cs.snap.Load()
-	if snap == nil || !snap.fresh(a.src, cluster) {
-		snap = a.refresh(cs, cluster)
+	cp := a.state().clusters[cluster]
+	if cp == nil {
+		return nil
 	}
-	return snap.policy.errs
+	return slices.Clone(cp.compiled(a.src, cluster).errs)
 }
 
-// Forget drops everything cached for a cluster, for when it leaves the
-// fleet.
-func (a *Authorizer) Forget(cluster string) {
+// compiled returns the cluster's compiled policy, compiling it on the
+// first call.
+func (cp *clusterPolicy) compiled(src PolicySource, cluster string) *compiledPolicy {
+	cp.once.Do(func() { cp.policy = compilePolicy(src, cluster, cp.rev) })
+	return cp.policy
+}
+
+// state returns the current fleetState, refreshing it first when the
+// source's policy changed since it was built.
+func (a *Authorizer) state() *fleetState {
+	if st := a.cur.Load(); st != nil && !closed(st.changed) {
+		return st
+	}
+	return a.refresh()
+}
+
+// refresh reads the policy revisions again and installs the fleetState
+// they describe, unless another caller just did. Clusters whose revision
+// did not move keep their compiled policy; when none moved (the watch
+// may fire spuriously) the answers are kept too.
+func (a *Authorizer) refresh() *fleetState {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	old := *a.clusters.Load()
-	cs, ok := old[cluster]
-	if !ok {
-		return
-	}
-	cs.snap.Store(nil) // invalidates what identities remember
-	next := maps.Clone(old)
-	delete(next, cluster)
-	a.clusters.Store(&next)
-}
-
-// state returns the cluster's state, creating it on first use. The map is
-// copy-on-write: clusters are added rarely and read on every call.
-func (a *Authorizer) state(cluster string) *clusterState {
-	if cs, ok := (*a.clusters.Load())[cluster]; ok {
-		return cs
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	old := *a.clusters.Load()
-	if cs, ok := old[cluster]; ok {
-		return cs
-	}
-	cs := &clusterState{}
-	next := make(map[string]*clusterState, len(old)+1)
-	maps.Copy(next, old)
-	next[cluster] = cs
-	a.clusters.Store(&next)
-	return cs
-}
-
-// refresh compiles the cluster's policy at its current revision, unless
-// another caller just did, or the revision did not actually change (a watch
-// may fire spuriously), in which case the cached access sets are kept.
-func (a *Authorizer) refresh(cs *clusterState, cluster string) *snapshot {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	old := cs.snap.Load()
-	if old != nil && old.fresh(a.src, cluster) {
+	old := a.cur.Load()
+	if old != nil && !closed(old.changed) {
 		return old
 	}
-	// Read the revision (and watch) before the rows: a change racing
-	// with the read then leaves this snapshot stale, so it is rebuilt on
+	// The revisions (and the channel) are read before any rows: a change
+	// racing with a compile leaves this state stale, so it is rebuilt on
 	// the next call; it can never be labeled fresh with old rows.
-	var (
-		rev     uint64
-		changed <-chan struct{}
-	)
-	if n, ok := a.src.(RevisionNotifier); ok {
-		rev, changed = n.PolicyRevisionNotify(cluster)
-	} else {
-		rev = a.src.PolicyRevision(cluster)
+	pr := a.src.WatchPolicies()
+	st := &fleetState{changed: pr.Changed, revs: pr.Clusters, clusters: make(map[string]*clusterPolicy, len(pr.Clusters))}
+	for name, rev := range pr.Clusters {
+		if old != nil && old.revs[name] == rev {
+			if cp, ok := old.clusters[name]; ok {
+				st.clusters[name] = cp
+				continue
+			}
+		}
+		st.clusters[name] = &clusterPolicy{rev: rev}
 	}
-	snap := &snapshot{changed: changed}
-	if old != nil && old.policy.rev == rev {
-		snap.policy, snap.cache = old.policy, old.cache
-	} else {
-		snap.policy, snap.cache = compilePolicy(a.src, cluster, rev), &accessCache{}
+	switch {
+	case old == nil:
+		st.views.Store(&viewCache{})
+	case maps.Equal(old.revs, pr.Clusters):
+		st.views.Store(old.views.Load())
+		st.prev.Store(old.prev.Load())
+	default:
+		st.views.Store(&viewCache{})
+		old.prev.Store(nil) // keep one generation
+		st.prev.Store(old)
 	}
-	cs.snap.Store(snap)
-	return snap
+	a.cur.Store(st)
+	return st
+}
+
+// closed reports whether ch is closed, without waiting. A nil channel (a
+// source that never changes) is never closed.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }

@@ -2,6 +2,7 @@ package authz
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -24,17 +25,8 @@ func twoClusterStore() *fakeStore {
 }
 
 func TestClusterAccessRevokeAndInvalidation(t *testing.T) {
-	t.Run("revision", func(t *testing.T) {
-		f := twoClusterStore()
-		testRevokeAndInvalidation(t, f, NewAuthorizer(f, Options{}))
-	})
-	t.Run("notifier", func(t *testing.T) {
-		f := twoClusterStore()
-		testRevokeAndInvalidation(t, f, NewAuthorizer(notifyingFake{f}, Options{}))
-	})
-}
-
-func testRevokeAndInvalidation(t *testing.T, f *fakeStore, a *Authorizer) {
+	f := twoClusterStore()
+	a := NewAuthorizer(f, Options{})
 	alice := NewIdentity(&user.DefaultInfo{Name: "alice"})
 
 	for _, c := range []string{"east", "west"} {
@@ -45,15 +37,16 @@ func testRevokeAndInvalidation(t *testing.T, f *fakeStore, a *Authorizer) {
 	eastCompiles, westCompiles := f.compiles("east"), f.compiles("west")
 
 	// Cached: no recompilation, and the same value comes back.
-	first := a.ClusterAccess("east", alice)
-	if first != a.ClusterAccess("east", alice) {
+	first := a.Access(alice)
+	if first != a.Access(alice) || first.Clusters["east"] != a.ClusterAccess("east", alice) {
 		t.Error("cached lookups should return the same access set")
 	}
 	if f.compiles("east") != eastCompiles {
 		t.Error("a cached lookup recompiled the policy")
 	}
 
-	// Revoke in east: effective on the next call there, west untouched.
+	// Revoke in east: effective on the next call there, west untouched:
+	// not compiled again, and its part of the answer is the same value.
 	f.deleteBinding("east", "ns1", "alice-view")
 	if a.ClusterAccess("east", alice).Allows(podsGR, "ns1", "p") {
 		t.Error("east: revoked binding still grants access")
@@ -66,6 +59,9 @@ func testRevokeAndInvalidation(t *testing.T, f *fakeStore, a *Authorizer) {
 	}
 	if f.compiles("west") != westCompiles {
 		t.Error("a change in east invalidated west")
+	}
+	if a.ClusterAccess("west", alice) != first.Clusters["west"] {
+		t.Error("a change in east rebuilt alice's access in west")
 	}
 
 	// Deleting the role a binding references revokes too.
@@ -141,12 +137,46 @@ func TestAccessAcrossClusters(t *testing.T) {
 	f := twoClusterStore()
 	f.setKinds("empty", testKinds())
 	a := NewAuthorizer(f, Options{})
-	acc := a.Access(NewIdentity(&user.DefaultInfo{Name: "alice"}), []string{"east", "west", "empty", "unknown"})
+	alice := NewIdentity(&user.DefaultInfo{Name: "alice"})
+	acc := a.Access(alice)
 	if len(acc.Clusters) != 2 || acc.Clusters["east"] == nil || acc.Clusters["west"] == nil {
 		t.Fatalf("clusters with nothing visible must be left out: %v", acc.Clusters)
 	}
 	if !acc.Allows("west", podsGR, "ns1", "p") || acc.Allows("empty", podsGR, "ns1", "p") {
 		t.Error("wrong fleet access")
+	}
+	if !a.ClusterAccess("unknown", alice).Empty() {
+		t.Error("a cluster the source does not know shows something")
+	}
+
+	// A cluster joins: its first RBAC rows show up in the next answer.
+	f.setKinds("south", testKinds())
+	f.addRole("south", clusterRole("view", rule("list", "-", "pods")))
+	f.addBinding("south", clusterRoleBinding("alice-all", "view", "User:alice"))
+	if acc = a.Access(alice); !acc.Allows("south", podsGR, "any", "p") || acc.Clusters["east"] == nil {
+		t.Errorf("after south joined: %v", acc.Clusters)
+	}
+	// It leaves: gone from the next answer.
+	f.removeCluster("south")
+	if acc = a.Access(alice); acc.Clusters["south"] != nil || len(acc.Clusters) != 2 {
+		t.Errorf("after south left: %v", acc.Clusters)
+	}
+}
+
+// TestSpuriousWakeKeepsAnswers closes the source's channel without changing
+// any revision (as a memdb watch may): answers and compiled policies stay.
+func TestSpuriousWakeKeepsAnswers(t *testing.T) {
+	f := twoClusterStore()
+	a := NewAuthorizer(f, Options{})
+	alice := NewIdentity(&user.DefaultInfo{Name: "alice"})
+	first := a.Access(alice)
+	compiles := f.compiles("east")
+	f.mu.Lock()
+	close(f.changed)
+	f.changed = make(chan struct{})
+	f.mu.Unlock()
+	if a.Access(alice) != first || f.compiles("east") != compiles {
+		t.Error("a wake without a revision change dropped cached answers")
 	}
 }
 
@@ -155,9 +185,9 @@ func TestClusterAccessBoundedCache(t *testing.T) {
 	a := NewAuthorizer(f, Options{MaxIdentities: 3})
 	for i := range 20 {
 		id := NewIdentity(&user.DefaultInfo{Name: fmt.Sprintf("u%d", i)})
-		a.ClusterAccess("east", id)
-		if snap := a.state("east").snap.Load(); snap.cache.n.Load() > 4 {
-			t.Fatalf("cache grew to %d entries with a bound of 3", snap.cache.n.Load())
+		a.Access(id)
+		if n := a.cur.Load().views.Load().n.Load(); n > 4 {
+			t.Fatalf("cache grew to %d entries with a bound of 3", n)
 		}
 	}
 	alice := NewIdentity(&user.DefaultInfo{Name: "alice"})
@@ -166,36 +196,25 @@ func TestClusterAccessBoundedCache(t *testing.T) {
 	}
 }
 
-func TestPolicyErrorsAndForget(t *testing.T) {
+func TestPolicyErrors(t *testing.T) {
 	f := twoClusterStore()
 	f.addBinding("east", clusterRoleBinding("dangling", "gone", "User:alice"))
 	a := NewAuthorizer(f, Options{})
 	errs := a.PolicyErrors("east")
-	if len(errs) != 1 {
+	if len(errs) != 1 || !errors.Is(errs[0], ErrRoleNotFound) {
 		t.Fatalf("got %v, want one missing-role error", errs)
 	}
-	before := f.compiles("east")
-	a.Forget("east")
-	a.ClusterAccess("east", NewIdentity(&user.DefaultInfo{Name: "alice"}))
-	if f.compiles("east") != before+1 {
-		t.Error("Forget did not drop the compiled policy")
+	f.removeCluster("east")
+	if errs := a.PolicyErrors("east"); len(errs) != 0 {
+		t.Errorf("a cluster that left still reports %v", errs)
 	}
 }
 
 // TestClusterAccessConcurrent runs lookups, builds and revisions at once;
 // run with -race.
 func TestClusterAccessConcurrent(t *testing.T) {
-	t.Run("revision", func(t *testing.T) {
-		f := twoClusterStore()
-		testConcurrent(t, f, NewAuthorizer(f, Options{MaxIdentities: 8}))
-	})
-	t.Run("notifier", func(t *testing.T) {
-		f := twoClusterStore()
-		testConcurrent(t, f, NewAuthorizer(notifyingFake{f}, Options{MaxIdentities: 8}))
-	})
-}
-
-func testConcurrent(t *testing.T, f *fakeStore, a *Authorizer) {
+	f := twoClusterStore()
+	a := NewAuthorizer(f, Options{MaxIdentities: 8})
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for i := range 200 {

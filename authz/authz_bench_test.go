@@ -29,6 +29,7 @@ const (
 // Package-level sinks keep the compiler from discarding benchmark results.
 var (
 	sinkAccess  *index.ClusterAccess
+	sinkFleet   *index.Access
 	sinkBool    bool
 	sinkPageLen int
 )
@@ -126,12 +127,8 @@ func loadBenchStore(tb testing.TB, withObjects bool) *index.Store {
 	return s
 }
 
-// The real index offers the fast freshness check itself.
-var _ RevisionNotifier = (*index.Store)(nil)
-
-// revisionOnly hides the Store's RevisionNotifier, so that benchmarks can
-// measure the fallback that reads the revision on every lookup.
-type revisionOnly struct{ PolicySource }
+// The real index is what the Authorizer reads in production.
+var _ PolicySource = (*index.Store)(nil)
 
 var (
 	manyUser = &user.DefaultInfo{Name: "many", Groups: []string{"deployers"}}
@@ -177,8 +174,7 @@ func BenchmarkAccessSetBuild(b *testing.B) {
 	})
 	b.Run("user", func(b *testing.B) {
 		a := NewAuthorizer(s, Options{})
-		a.ClusterAccess(benchCluster, id)
-		policy := a.state(benchCluster).snap.Load().policy
+		policy := a.compiledPolicy(benchCluster)
 		mapped := a.MappedUser(benchCluster, id)
 		b.ReportAllocs()
 		for b.Loop() {
@@ -187,27 +183,18 @@ func BenchmarkAccessSetBuild(b *testing.B) {
 	})
 }
 
-// BenchmarkLookup measures a cached visibility check: the access set of the
-// viewer from the cache (a freshness check and two map lookups), then
-// Allows for one object. "notifier" is the index as it is, which polls the
-// revision row's watch channel (PolicyRevisionNotify); "revision" hides that
-// method, so the revision is read from memdb on every call.
+// BenchmarkLookup measures a cached visibility check: the viewer's
+// fleet-wide access from the cache (a poll of the index's policy channel
+// and one map lookup), then Allows for one object.
 func BenchmarkLookup(b *testing.B) {
 	s := loadBenchStore(b, false)
-	for _, tc := range []struct {
-		name string
-		src  PolicySource
-	}{{"notifier", s}, {"revision", revisionOnly{s}}} {
-		b.Run(tc.name, func(b *testing.B) {
-			a := NewAuthorizer(tc.src, Options{})
-			id := NewIdentity(manyUser)
-			gr := index.GroupResource{Group: "kustomize.toolkit.fluxcd.io", Resource: "kustomizations"}
-			a.ClusterAccess(benchCluster, id)
-			b.ReportAllocs()
-			for b.Loop() {
-				sinkBool = a.ClusterAccess(benchCluster, id).Allows(gr, "ns-1234", "k")
-			}
-		})
+	a := NewAuthorizer(s, Options{})
+	id := NewIdentity(manyUser)
+	gr := index.GroupResource{Group: "kustomize.toolkit.fluxcd.io", Resource: "kustomizations"}
+	a.Access(id)
+	b.ReportAllocs()
+	for b.Loop() {
+		sinkBool = a.Access(id).Allows(benchCluster, gr, "ns-1234", "k")
 	}
 }
 
@@ -242,17 +229,8 @@ func benchQ3(b *testing.B, s *index.Store, acc *index.Access) {
 func BenchmarkQ3(b *testing.B) {
 	s := loadBenchStore(b, true)
 	a := NewAuthorizer(s, Options{})
-	clusters := clusterNames()
-	b.Run("bindings=4000", func(b *testing.B) { benchQ3(b, s, a.Access(NewIdentity(manyUser), clusters)) })
-	b.Run("bindings=1", func(b *testing.B) { benchQ3(b, s, a.Access(NewIdentity(oneUser), clusters)) })
-}
-
-func clusterNames() []string {
-	var out []string
-	for c := range benchFleet().Clusters {
-		out = append(out, indextest.ClusterName(c))
-	}
-	return out
+	b.Run("bindings=4000", func(b *testing.B) { benchQ3(b, s, a.Access(NewIdentity(manyUser))) })
+	b.Run("bindings=1", func(b *testing.B) { benchQ3(b, s, a.Access(NewIdentity(oneUser))) })
 }
 
 var summaryOnce sync.Once
@@ -263,11 +241,9 @@ var summaryOnce sync.Once
 //
 // Each figure is the median of seven timed runs. access_set_build_ms is the
 // cold build (policy compile included); user_build_ms and
-// policy_compile_ms split it. lookup_ns is a cached ClusterAccess for the
-// viewer (the identity remembers its last answer; lookup_shared_cache_ns
-// is the same through the shared per-cluster cache, as for a new request;
-// lookup_revision_read_ns without a RevisionNotifier source); check_ns adds
-// one index.ClusterAccess.Allows. Run it with -benchtime=1x.
+// policy_compile_ms split it. lookup_ns is a cached Access for the viewer
+// (the fleet-wide answer every query and subscription asks for); check_ns
+// adds one index.Access.Allows. Run it with -benchtime=1x.
 func BenchmarkAuthzSummary(b *testing.B) {
 	summaryOnce.Do(func() {
 		s := loadBenchStore(b, true)
@@ -289,25 +265,15 @@ func BenchmarkAuthzSummary(b *testing.B) {
 		}
 		cold := median(7, func() { sinkAccess = NewAuthorizer(s, Options{}).ClusterAccess(benchCluster, id) })
 		warm := NewAuthorizer(s, Options{})
-		warm.ClusterAccess(benchCluster, id)
-		policy := warm.state(benchCluster).snap.Load().policy
+		policy := warm.compiledPolicy(benchCluster)
 		mapped := warm.MappedUser(benchCluster, id)
 		userBuild := median(7, func() { sinkAccess = policy.accessFor(mapped) })
 		gr := index.GroupResource{Group: "kustomize.toolkit.fluxcd.io", Resource: "kustomizations"}
-		lookup := median(7, func() { sinkAccess = warm.ClusterAccess(benchCluster, id) })
-		check := median(7, func() { sinkBool = warm.ClusterAccess(benchCluster, id).Allows(gr, "ns-1234", "k") })
-		otherID := NewIdentity(manyUser) // same key, nothing remembered: the shared cache path
-		warm.ClusterAccess(benchCluster, otherID)
-		shared := median(7, func() {
-			otherID.last.Store(nil)
-			sinkAccess = warm.ClusterAccess(benchCluster, otherID)
-		})
-		plain := NewAuthorizer(revisionOnly{s}, Options{})
-		plain.ClusterAccess(benchCluster, id)
-		lookupRev := median(7, func() { sinkAccess = plain.ClusterAccess(benchCluster, id) })
-		clusters := clusterNames()
-		accMany := warm.Access(id, clusters)
-		accOne := warm.Access(NewIdentity(oneUser), clusters)
+		warm.Access(id)
+		lookup := median(7, func() { sinkFleet = warm.Access(id) })
+		check := median(7, func() { sinkBool = warm.Access(id).Allows(benchCluster, gr, "ns-1234", "k") })
+		accMany := warm.Access(id)
+		accOne := warm.Access(NewIdentity(oneUser))
 		runQ3 := func(acc *index.Access) func() {
 			return func() {
 				n, err := q3(s, acc)
@@ -319,9 +285,9 @@ func BenchmarkAuthzSummary(b *testing.B) {
 		}
 		qMany := median(7, runQ3(accMany))
 		qOne := median(7, runQ3(accOne))
-		fmt.Printf("authz: bindings=%d access_set_build_ms=%.2f lookup_ns=%.0f q_ratio_4000_vs_1=%.2f user_build_ms=%.2f policy_compile_ms=%.2f q3_4000_us=%.1f q3_1_us=%.1f check_ns=%.0f lookup_shared_cache_ns=%.0f lookup_revision_read_ns=%.0f\n",
+		fmt.Printf("authz: bindings=%d access_set_build_ms=%.2f lookup_ns=%.0f q_ratio_4000_vs_1=%.2f user_build_ms=%.2f policy_compile_ms=%.2f q3_4000_us=%.1f q3_1_us=%.1f check_ns=%.0f\n",
 			benchNamespaces*benchBindingsPerNS, cold/1e6, lookup, qMany/qOne, userBuild/1e6, (cold-userBuild)/1e6,
-			qMany/float64(time.Microsecond), qOne/float64(time.Microsecond), check, shared, lookupRev)
+			qMany/float64(time.Microsecond), qOne/float64(time.Microsecond), check)
 	})
 	for b.Loop() {
 	}

@@ -67,8 +67,9 @@ func (t *kindTable) candidates(rule *index.PolicyRule, visit func(kindEntry)) {
 }
 
 // grSet is a set of a cluster's resources as a bit set over kindTable.all.
-// Unions of grants are computed on these, and turned into the maps of
-// index.ClusterAccess once per distinct set (see setInterner).
+// Unions of grants are computed on these, and turned into the
+// index.Resources of index.ClusterAccess once per distinct set (see
+// setInterner).
 type grSet []uint64
 
 func newGRSet(kinds *kindTable) grSet { return make(grSet, (len(kinds.all)+63)/64) }
@@ -100,39 +101,42 @@ func (s grSet) key() string {
 	return b.String()
 }
 
-// setInterner hands out one shared, immutable map per distinct grSet, so
-// that the 2,000 namespaces of a user who has the same two roles in each
-// share a single map instead of holding 2,000 copies.
+// setInterner hands out one shared, immutable index.Resources per distinct
+// grSet of a compiled policy, so that the 2,000 namespaces of a user who
+// has the same two roles in each point at a single set instead of holding
+// 2,000 copies, and the index resolves that set once (index.Resources
+// documents the sharing).
 type setInterner struct {
 	kinds *kindTable
 	mu    sync.Mutex
-	sets  map[string]map[index.GroupResource]struct{}
+	sets  map[string]*index.Resources
 }
 
-func (in *setInterner) get(s grSet) map[index.GroupResource]struct{} {
+func (in *setInterner) get(s grSet) *index.Resources {
 	if s.empty() {
 		return nil
 	}
 	key := s.key()
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if m, ok := in.sets[key]; ok {
-		return m
+	if r, ok := in.sets[key]; ok {
+		return r
 	}
-	m := make(map[index.GroupResource]struct{})
+	var grs []index.GroupResource
 	for _, k := range in.kinds.all {
 		if s.has(k.bit) {
-			m[k.gr] = struct{}{}
+			grs = append(grs, k.gr)
 		}
 	}
-	in.sets[key] = m
-	return m
+	r := index.NewResources(grs...)
+	in.sets[key] = r
+	return r
 }
 
 // grant is what one role's rules make visible, precomputed once per policy
 // revision and shared by every binding of every role with the same rules.
 // It is never mutated after compileGrant returns, so access sets may alias
-// its maps.
+// its sets and maps.
 type grant struct {
 	// all: some rule allows get of any name or list, on every resource of
 	// every group. Through a ClusterRoleBinding that shows everything.
@@ -140,11 +144,11 @@ type grant struct {
 	// everywhere holds every resource the rules let the subject list, or
 	// get by any name; through a ClusterRoleBinding that is cluster-wide.
 	everywhere    grSet
-	everywhereMap map[index.GroupResource]struct{}
+	everywhereSet *index.Resources
 	// inNamespace is the namespaced part of everywhere: what a
 	// RoleBinding shows in its namespace.
 	inNamespace    grSet
-	inNamespaceMap map[index.GroupResource]struct{}
+	inNamespaceSet *index.Resources
 	// clusterNamed holds get-by-resourceNames grants as they apply
 	// through a ClusterRoleBinding: Namespace "" (any namespace for
 	// namespaced resources, see Allows).
@@ -210,8 +214,8 @@ func compileGrant(rules []index.PolicyRule, kinds *kindTable, sets *setInterner)
 			}
 		})
 	}
-	g.everywhereMap = sets.get(g.everywhere)
-	g.inNamespaceMap = sets.get(g.inNamespace)
+	g.everywhereSet = sets.get(g.everywhere)
+	g.inNamespaceSet = sets.get(g.inNamespace)
 	return g
 }
 
@@ -278,7 +282,7 @@ func compilePolicy(src PolicySource, cluster string, rev uint64) *compiledPolicy
 	p := &compiledPolicy{
 		rev:     rev,
 		kinds:   kinds,
-		sets:    &setInterner{kinds: kinds, sets: make(map[string]map[index.GroupResource]struct{})},
+		sets:    &setInterner{kinds: kinds, sets: make(map[string]*index.Resources)},
 		byUser:  make(map[string][]*compiledBinding),
 		byGroup: make(map[string][]*compiledBinding),
 	}
@@ -365,7 +369,7 @@ func appendOnce(s []*compiledBinding, cb *compiledBinding) []*compiledBinding {
 }
 
 // union accumulates the union of grant sets: while only one grant
-// contributes, its interned map is used as is; from the second distinct
+// contributes, its interned set is used as is; from the second distinct
 // grant on, bits are merged and interned at the end.
 type union struct {
 	first *grant
@@ -385,7 +389,7 @@ func (u *union) add(g *grant, set func(*grant) grSet) {
 	}
 }
 
-func (u *union) result(sets *setInterner, m func(*grant) map[index.GroupResource]struct{}) map[index.GroupResource]struct{} {
+func (u *union) result(sets *setInterner, m func(*grant) *index.Resources) *index.Resources {
 	switch {
 	case u.first == nil:
 		return nil
@@ -396,10 +400,10 @@ func (u *union) result(sets *setInterner, m func(*grant) map[index.GroupResource
 	}
 }
 
-func everywhereBits(g *grant) grSet                            { return g.everywhere }
-func inNamespaceBits(g *grant) grSet                           { return g.inNamespace }
-func everywhereMap(g *grant) map[index.GroupResource]struct{}  { return g.everywhereMap }
-func inNamespaceMap(g *grant) map[index.GroupResource]struct{} { return g.inNamespaceMap }
+func everywhereBits(g *grant) grSet            { return g.everywhere }
+func inNamespaceBits(g *grant) grSet           { return g.inNamespace }
+func everywhereSet(g *grant) *index.Resources  { return g.everywhereSet }
+func inNamespaceSet(g *grant) *index.Resources { return g.inNamespaceSet }
 
 // accessFor builds the access set of one (already mapped) identity.
 func (p *compiledPolicy) accessFor(u user.Info) *index.ClusterAccess {
@@ -422,7 +426,7 @@ func (p *compiledPolicy) accessFor(u user.Info) *index.ClusterAccess {
 				}
 				continue
 			}
-			if g.inNamespaceMap != nil {
+			if g.inNamespaceSet != nil {
 				if namespaces == nil {
 					namespaces = make(map[string]union)
 				}
@@ -451,7 +455,7 @@ func (p *compiledPolicy) accessFor(u user.Info) *index.ClusterAccess {
 			return &index.ClusterAccess{All: true}
 		}
 	}
-	ca := &index.ClusterAccess{Everywhere: everywhere.result(p.sets, everywhereMap)}
+	ca := &index.ClusterAccess{Everywhere: everywhere.result(p.sets, everywhereSet)}
 	switch {
 	case len(named) == 0 && len(clusterNm) == 1:
 		ca.Named = clusterNm[0].clusterNamed
@@ -465,9 +469,9 @@ func (p *compiledPolicy) accessFor(u user.Info) *index.ClusterAccess {
 		ca.Named = named
 	}
 	if len(namespaces) > 0 {
-		ca.Namespaces = make(map[string]map[index.GroupResource]struct{}, len(namespaces))
+		ca.Namespaces = make(map[string]*index.Resources, len(namespaces))
 		for ns, un := range namespaces {
-			ca.Namespaces[ns] = un.result(p.sets, inNamespaceMap)
+			ca.Namespaces[ns] = un.result(p.sets, inNamespaceSet)
 		}
 	}
 	return ca

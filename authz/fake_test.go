@@ -9,17 +9,19 @@ import (
 )
 
 // fakeStore is an in-memory PolicySource for unit tests. Every mutation
-// bumps the cluster's revision, as the index does.
+// bumps the cluster's revision and closes the fleet's channel, as the index
+// does.
 type fakeStore struct {
 	mu       sync.RWMutex
 	clusters map[string]*fakeCluster
+	changed  chan struct{} // closed and replaced at every bump
 	// listCalls counts full-policy reads per cluster, to observe compiles.
 	listCalls map[string]*atomic.Int64
 }
 
 type fakeCluster struct {
+	f            *fakeStore
 	rev          uint64
-	changed      chan struct{}             // closed and replaced at every bump
 	roles        map[[2]string]*index.Role // namespace, name ("" namespace: ClusterRole)
 	bindings     []*index.Binding
 	kinds        []index.Kind
@@ -28,18 +30,27 @@ type fakeCluster struct {
 
 func (c *fakeCluster) bump() {
 	c.rev++
-	close(c.changed)
-	c.changed = make(chan struct{})
+	close(c.f.changed)
+	c.f.changed = make(chan struct{})
 }
 
 func newFakeStore() *fakeStore {
-	return &fakeStore{clusters: map[string]*fakeCluster{}, listCalls: map[string]*atomic.Int64{}}
+	return &fakeStore{clusters: map[string]*fakeCluster{}, listCalls: map[string]*atomic.Int64{}, changed: make(chan struct{})}
+}
+
+// removeCluster drops a cluster, as index.Store.RemoveCluster does.
+func (f *fakeStore) removeCluster(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.clusters, name)
+	close(f.changed)
+	f.changed = make(chan struct{})
 }
 
 func (f *fakeStore) cluster(name string) *fakeCluster {
 	c, ok := f.clusters[name]
 	if !ok {
-		c = &fakeCluster{roles: map[[2]string]*index.Role{}, clusterRoles: map[string]*index.Role{}, changed: make(chan struct{})}
+		c = &fakeCluster{f: f, roles: map[[2]string]*index.Role{}, clusterRoles: map[string]*index.Role{}}
 		f.clusters[name] = c
 		f.listCalls[name] = &atomic.Int64{}
 	}
@@ -157,23 +168,14 @@ func (f *fakeStore) ListClusterRoleBindings(cluster string) []*index.Binding {
 	return out
 }
 
-func (f *fakeStore) PolicyRevision(cluster string) uint64 {
+func (f *fakeStore) WatchPolicies() index.PolicyRevisions {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	if c, ok := f.clusters[cluster]; ok {
-		return c.rev
+	out := index.PolicyRevisions{Clusters: map[string]uint64{}, Changed: f.changed}
+	for name, c := range f.clusters {
+		out.Clusters[name] = c.rev
 	}
-	return 0
-}
-
-// notifyingFake adds RevisionNotifier to fakeStore.
-type notifyingFake struct{ *fakeStore }
-
-func (f notifyingFake) PolicyRevisionNotify(cluster string) (uint64, <-chan struct{}) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	c := f.cluster(cluster)
-	return c.rev, c.changed
+	return out
 }
 
 func (f *fakeStore) Kinds(cluster string) []index.Kind {
@@ -259,4 +261,10 @@ func testKinds() []index.Kind {
 		{Group: "kustomize.toolkit.fluxcd.io", Version: "v1beta2", Kind: "Kustomization", Resource: "kustomizations", Namespaced: true},
 		{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole", Resource: "clusterroles"},
 	}
+}
+
+// compiledPolicy returns the cluster's current compiled policy, for
+// benchmarks that time one step of an answer.
+func (a *Authorizer) compiledPolicy(cluster string) *compiledPolicy {
+	return a.state().clusters[cluster].compiled(a.src, cluster)
 }

@@ -4,37 +4,21 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 
 	"k8s.io/apiserver/pkg/authentication/user"
-
-	"github.com/fleetgraph/fleetgraph/index"
 )
 
 // Identity is an authenticated viewer, normalized once per request. It
 // carries a precomputed cache key (name and the sorted set of groups, the
-// only parts of a user that RBAC reads), so a cached access-set lookup does
-// not rebuild or allocate it.
+// only parts of a user that RBAC reads), so a cached access lookup does
+// not rebuild or allocate it. It holds no access of its own: the
+// Authorizer's cache is the only one.
 type Identity struct {
 	info user.Info
 	key  string
 	// anyKey is key already boxed, for sync.Map lookups without
 	// allocation.
 	anyKey any
-	// last remembers the most recent ClusterAccess answer, so that
-	// repeated checks for one cluster (a page, a burst of change events)
-	// skip even the cache's map lookups.
-	last atomic.Pointer[identityHit]
-}
-
-// identityHit is one remembered answer; it is valid while the cluster's
-// snapshot is the same and fresh.
-type identityHit struct {
-	authorizer *Authorizer
-	cluster    string
-	state      *clusterState
-	snap       *snapshot
-	access     *index.ClusterAccess
 }
 
 // NewIdentity wraps what an authenticator returned. The user must not be

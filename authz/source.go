@@ -27,39 +27,29 @@ type ClusterRoleBindingLister interface {
 	ListClusterRoleBindings(cluster string) []*index.Binding
 }
 
-// RevisionSource reports a number that changes whenever any RBAC row of the
-// cluster, or the cluster's set of kinds, changes, and only then. Access
-// sets are cached under it, so a change in one cluster invalidates only that
-// cluster's sets, and no time-based expiry is needed.
-type RevisionSource interface {
-	PolicyRevision(cluster string) uint64
-}
-
-// RevisionNotifier is optionally implemented by a PolicySource that can
-// also hand out a channel closed at the cluster's next policy change (for
-// *index.Store, the memdb watch channel of the revision row). The
-// Authorizer then checks that channel on every lookup, a non-blocking
-// receive of a few nanoseconds, instead of reading the revision, which
-// keeps cached lookups far below a memdb read. A nil channel means "cannot
-// watch"; the revision is read instead.
-type RevisionNotifier interface {
-	PolicyRevisionNotify(cluster string) (rev uint64, changed <-chan struct{})
-}
-
 // KindLister returns the kinds discovery reported for a cluster. Wildcard
 // rules ("*" resources or groups) are expanded against these, and the
-// plural resource names come from here, never from a hand-written table.
+// plural resource names come from here, never from a hand-written table:
+// each cluster's own.
 type KindLister interface {
 	Kinds(cluster string) []index.Kind
 }
 
-// PolicySource is everything the evaluator and the access-set cache read.
+// PolicyWatcher reports the policy revision of every cluster of the fleet
+// (a number that changes whenever the cluster's RBAC rows or kinds change,
+// and only then) and a channel closed at the next change, including a
+// cluster entering or leaving the fleet. The Authorizer's cache is valid
+// while that channel is open, so no time-based expiry is needed; a source
+// that never changes may return a nil channel. *index.Store implements it
+// (index.Store.WatchPolicies).
+type PolicyWatcher interface {
+	WatchPolicies() index.PolicyRevisions
+}
+
+// PolicySource is everything the evaluator and the Authorizer read.
 // *index.Store implements it.
 type PolicySource interface {
-	RoleGetter
-	ClusterRoleGetter
-	RoleBindingLister
-	ClusterRoleBindingLister
-	RevisionSource
+	RuleReader
 	KindLister
+	PolicyWatcher
 }

@@ -71,14 +71,9 @@ func isWebsocket(ctx context.Context) bool {
 	return ok
 }
 
-// operation is per-operation state: the viewer's access set, computed at
-// most once per operation and never shared between operations, so that an
-// RBAC change applies to the next query on a long-lived websocket; and the
-// error a subscription's pump ended with (see endWith).
+// operation is per-operation state: the error a subscription's pump ended
+// with (see endWith).
 type operation struct {
-	once   sync.Once
-	access *index.Access
-
 	mu     sync.Mutex
 	endErr error
 }
@@ -87,34 +82,20 @@ func withOperation(ctx context.Context) context.Context {
 	return context.WithValue(ctx, operationKey{}, &operation{})
 }
 
-// accessFor returns what v may see in the whole fleet: every cluster the
-// index knows, through authz's cached per-cluster access sets.
-func (s *service) accessFor(v *viewer) *index.Access {
+// access returns what v may see in the whole fleet, as authz answers it
+// (authz owns the one cache of access); fleet admins see everything.
+func (s *service) access(v *viewer) *index.Access {
 	if v.admin {
 		return s.allAccess
 	}
-	return s.accessCache.get(v.id)
-}
-
-// access returns the viewer's access for the current operation.
-func (s *service) access(ctx context.Context, v *viewer) *index.Access {
-	op, ok := ctx.Value(operationKey{}).(*operation)
-	if !ok {
-		return s.accessFor(v)
-	}
-	op.once.Do(func() { op.access = s.accessFor(v) })
-	return op.access
+	return s.authz.Access(v.id)
 }
 
 // clusterVisible reports whether v can see anything in a cluster (fleet
 // admins: every cluster). It decides which clusters a viewer is told about
 // in clusters, cluster, fleet and clusterConnection.
 func (s *service) clusterVisible(v *viewer, cluster string) bool {
-	if v.admin {
-		return true
-	}
-	ca := s.authz.ClusterAccess(cluster, v.id)
-	return ca != nil && (ca.All || len(ca.Everywhere) > 0 || len(ca.Namespaces) > 0 || len(ca.Named) > 0)
+	return v.admin || !s.authz.Access(v.id).Clusters[cluster].Empty()
 }
 
 // newViewer wraps an authenticated user.

@@ -37,6 +37,7 @@
 // generated code.
 //
 // The package keeps no state of its own beyond open subscriptions and
-// websockets and caches of access sets; it never writes to the index and
-// talks to clusters only for object(...).
+// websockets: it asks authz for the viewer's access on every operation
+// (authz owns the only cache of it), never writes to the index and talks
+// to clusters only for object(...).
 package graph

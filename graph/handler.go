@@ -67,7 +67,7 @@ func NewHandler(opts Options) (*Handler, error) {
 	h.hub = newHub(opts.Store, opts.Logger, m)
 	h.svc = &service{
 		store: opts.Store, authz: opts.Authorizer, authn: opts.Authenticator, leaf: opts.LeafClients,
-		adminGroups: opts.AdminGroups, allAccess: allFleet(), accessCache: newAccessCache(opts.Store, opts.Authorizer), hub: h.hub, metrics: m, log: opts.Logger,
+		adminGroups: opts.AdminGroups, allAccess: allFleet(), hub: h.hub, metrics: m, log: opts.Logger,
 		subBuffer: opts.SubscriptionBuffer, epoch: binary.LittleEndian.Uint64(seed[:]), now: time.Now,
 	}
 

@@ -23,7 +23,6 @@ type service struct {
 	leaf        LeafClients
 	adminGroups []string
 	allAccess   *index.Access
-	accessCache *accessCache
 	hub         *hub
 	metrics     *metrics
 	log         *slog.Logger
@@ -83,7 +82,7 @@ func (s *service) queryObjects(ctx context.Context, filter *model.ObjectFilter, 
 		}
 		n = *first
 	}
-	q := index.Query{Filter: toFilter(filter), Order: toOrder(orderBy), First: max(n, 1), Access: s.access(ctx, v)}
+	q := index.Query{Filter: toFilter(filter), Order: toOrder(orderBy), First: max(n, 1), Access: s.access(v)}
 	if after != nil {
 		q.After = *after
 	}
@@ -125,7 +124,7 @@ func (s *service) facets(ctx context.Context, filter *model.ObjectFilter) (*mode
 	if err != nil {
 		return nil, err
 	}
-	f, err := s.store.Facets(ctx, toFilter(filter), s.access(ctx, v))
+	f, err := s.store.Facets(ctx, toFilter(filter), s.access(v))
 	if err != nil {
 		return nil, indexError(err)
 	}

@@ -186,7 +186,7 @@ func (p *objectsPump) handle(ctx context.Context, ev *index.Event) bool {
 
 // resetAccess computes the viewer's access in every cluster.
 func (p *objectsPump) resetAccess() error {
-	p.access = p.s.accessFor(p.v)
+	p.access = p.s.access(p.v)
 	m, err := index.NewMatcher(p.filter, p.access)
 	if err != nil {
 		return indexError(err)
@@ -201,16 +201,7 @@ func (p *objectsPump) policyChanged(ev *index.Event) {
 	if p.v.admin {
 		return
 	}
-	ca := p.s.authz.ClusterAccess(ev.Cluster, p.v.id)
-	next := &index.Access{Clusters: maps.Clone(p.access.Clusters)}
-	if next.Clusters == nil {
-		next.Clusters = map[string]*index.ClusterAccess{}
-	}
-	if isEmptyAccess(ca) {
-		delete(next.Clusters, ev.Cluster)
-	} else {
-		next.Clusters[ev.Cluster] = ca
-	}
+	next := p.s.access(p.v)
 	m, err := index.NewMatcher(p.filter, next)
 	if err != nil {
 		// The filter compiled before; it cannot fail now.
@@ -235,10 +226,10 @@ func (p *objectsPump) interests() map[string]interest {
 // interestIn says which object events of a cluster can pass a filter and a
 // cluster access: the whole cluster, some namespaces, or none.
 func interestIn(f index.Filter, cluster string, ca *index.ClusterAccess) interest {
-	if isEmptyAccess(ca) || (len(f.Clusters) > 0 && !slices.Contains(f.Clusters, cluster)) {
+	if ca.Empty() || (len(f.Clusters) > 0 && !slices.Contains(f.Clusters, cluster)) {
 		return interest{}
 	}
-	if ca.All || len(ca.Everywhere) > 0 {
+	if ca.All || ca.Everywhere.Len() > 0 {
 		if len(f.Namespaces) > 0 {
 			return interest{namespaces: slices.Clone(f.Namespaces)}
 		}
@@ -259,10 +250,6 @@ func interestIn(f index.Filter, cluster string, ca *index.ClusterAccess) interes
 		}
 	}
 	return interest{namespaces: slices.Sorted(maps.Keys(set))}
-}
-
-func isEmptyAccess(ca *index.ClusterAccess) bool {
-	return ca == nil || (!ca.All && len(ca.Everywhere) == 0 && len(ca.Namespaces) == 0 && len(ca.Named) == 0)
 }
 
 // clusterStale reports whether a cluster's rows are last-known state.

@@ -12,8 +12,8 @@ import (
 // every namespace.
 func TestClusterAccessAllows(t *testing.T) {
 	ca := &ClusterAccess{
-		Everywhere: map[GroupResource]struct{}{fluxGR: {}},
-		Namespaces: map[string]map[GroupResource]struct{}{"team": {podsGR: {}}},
+		Everywhere: NewResources(fluxGR),
+		Namespaces: map[string]*Resources{"team": NewResources(podsGR)},
 		Named: map[NamedObject]struct{}{
 			{GroupResource: podsGR, Namespace: "ns1", Name: "one"}: {},
 			{GroupResource: podsGR, Name: "any"}:                   {},
@@ -81,7 +81,7 @@ func TestAnyNamespaceNamedInQueries(t *testing.T) {
 	mustNoErr(t, s.UpsertBatch(ctxb, rows))
 
 	acc := &Access{Clusters: map[string]*ClusterAccess{"c1": {
-		Namespaces: map[string]map[GroupResource]struct{}{"c": {podsGR: {}}},
+		Namespaces: map[string]*Resources{"c": NewResources(podsGR)},
 		Named: map[NamedObject]struct{}{
 			{GroupResource: podsGR, Name: "x"}:                 {}, // x in a, b, c, d
 			{GroupResource: podsGR, Namespace: "a", Name: "x"}: {}, // again in a
@@ -132,16 +132,16 @@ func TestAccessReusedAsTheIndexGrows(t *testing.T) {
 	s, _ := newTestStore(t)
 	hr := Kind{Group: "helm.toolkit.fluxcd.io", Version: "v2", Kind: "HelmRelease", Resource: "helmreleases", Namespaced: true}
 	hrGR := GroupResource{Group: hr.Group, Resource: hr.Resource}
-	grSets := []map[GroupResource]struct{}{
-		{podsGR: {}}, {podsGR: {}, hrGR: {}}, {fluxGR: {}, hrGR: {}},
+	grSets := []*Resources{
+		NewResources(podsGR), NewResources(podsGR, hrGR), NewResources(fluxGR, hrGR),
 	}
 	var accesses []*Access
 	for range 40 {
 		a := &Access{Clusters: map[string]*ClusterAccess{}}
 		for c := range 2 {
-			ca := &ClusterAccess{Everywhere: map[GroupResource]struct{}{}, Namespaces: map[string]map[GroupResource]struct{}{}}
+			ca := &ClusterAccess{Namespaces: map[string]*Resources{}}
 			if rnd.IntN(3) == 0 {
-				ca.Everywhere[[]GroupResource{hrGR, nodesGR, fluxGR}[rnd.IntN(3)]] = struct{}{}
+				ca.Everywhere = NewResources([]GroupResource{hrGR, nodesGR, fluxGR}[rnd.IntN(3)])
 			}
 			for range 1 + rnd.IntN(4) {
 				ca.Namespaces[fmt.Sprintf("ns%d", rnd.IntN(6))] = grSets[rnd.IntN(len(grSets))]

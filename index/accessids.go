@@ -1,7 +1,5 @@
 package index
 
-import "reflect"
-
 // accessIDs is a ClusterAccess resolved against one index's dictionaries:
 // namespaces by id and resources by kind, so that checking a row is a probe
 // of a small uint32-keyed map and a bit test. ClusterAccess.Allows takes
@@ -65,12 +63,12 @@ func (x *objIndex) resolveAccess(c *ClusterAccess) *accessIDs {
 	}
 	if !c.All {
 		ids.everywhere = x.kindBitsOf(c.Everywhere)
-		// authz shares one resource set among the namespaces a binding
-		// covers, so resolve each set once.
-		shared := map[uintptr]kindBits{}
+		// Namespaces share Resources values (see Resources), so resolve
+		// each set once.
+		shared := map[*Resources]kindBits{}
 		ids.byNS = make(map[uint32]kindBits, len(c.Namespaces))
 		for ns, grs := range c.Namespaces {
-			if ns == "" || len(grs) == 0 { // Allows never reads them
+			if ns == "" || grs.Len() == 0 { // Allows never reads them
 				continue
 			}
 			nsid, ok := x.namespaces.lookup(ns)
@@ -78,11 +76,10 @@ func (x *objIndex) resolveAccess(c *ClusterAccess) *accessIDs {
 				ids.unresolved = true
 				continue
 			}
-			p := reflect.ValueOf(grs).Pointer()
-			bits, ok := shared[p]
+			bits, ok := shared[grs]
 			if !ok {
 				bits = x.kindBitsOf(grs)
-				shared[p] = bits
+				shared[grs] = bits
 			}
 			if bits != nil {
 				ids.byNS[nsid] = bits
@@ -94,13 +91,13 @@ func (x *objIndex) resolveAccess(c *ClusterAccess) *accessIDs {
 }
 
 // kindBitsOf returns the kindInfos whose resource is in grs.
-func (x *objIndex) kindBitsOf(grs map[GroupResource]struct{}) kindBits {
-	if len(grs) == 0 {
+func (x *objIndex) kindBitsOf(grs *Resources) kindBits {
+	if grs.Len() == 0 {
 		return nil
 	}
 	var bits kindBits
 	for _, ki := range x.kinds.infos {
-		if _, ok := grs[ki.gr]; ok {
+		if grs.Has(ki.gr) {
 			for int(ki.seq/64) >= len(bits) {
 				bits = append(bits, 0)
 			}

@@ -6,8 +6,6 @@ import (
 	"maps"
 	"strings"
 	"time"
-
-	"github.com/hashicorp/go-memdb"
 )
 
 // UpsertCluster adds or changes a cluster row. The connection package calls
@@ -43,12 +41,14 @@ func equalClusters(a, b *Cluster) bool {
 
 // RemoveCluster removes a cluster: its row, every object (published as
 // EventDeleted), its RBAC rows and kinds (published as one EventPolicy), and
-// then EventClusterRemoved. Removing an unknown cluster is not an error.
+// then EventClusterRemoved; its revisions start again from 0 (it leaves
+// WatchPolicies). Removing an unknown cluster is not an error.
 func (s *Store) RemoveCluster(ctx context.Context, name string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("index: remove cluster %q: %w", name, err)
 	}
 	return s.write(func(w *writeTxn) error {
+		w.removed = name
 		x := w.s.x
 		if cid, ok := x.clusters.lookup(name); ok && int(cid) < len(x.byCluster) && x.byCluster[cid] != nil {
 			var rows []*objRow
@@ -78,20 +78,20 @@ func (s *Store) RemoveCluster(ctx context.Context, name string) error {
 	})
 }
 
-// GetCluster returns a cluster row and, when ws is not nil, watches it.
-// The row is shared and must not be mutated.
-func (s *Store) GetCluster(ws memdb.WatchSet, name string) (*Cluster, bool) {
+// GetCluster returns a cluster row and adds to w a watch on it. The row is
+// shared and must not be mutated.
+func (s *Store) GetCluster(w *Watch, name string) (*Cluster, bool) {
 	ch, raw, err := s.db.Txn(false).FirstWatch(tableClusters, indexID, memKey(compoundKey(name)))
 	must(err)
-	ws.Add(ch)
+	w.add(ch)
 	c, ok := raw.(*Cluster)
 	return c, ok
 }
 
-// ListClusters returns every cluster row in name order and, when ws is not
-// nil, watches the table.
-func (s *Store) ListClusters(ws memdb.WatchSet) []*Cluster {
-	return listAs[*Cluster](s, ws, tableClusters, "")
+// ListClusters returns every cluster row in name order and adds to w a
+// watch on the table.
+func (s *Store) ListClusters(w *Watch) []*Cluster {
+	return listAs[*Cluster](s, w, tableClusters, "")
 }
 
 // KindError is a kind of a cluster that cannot be collected.
@@ -152,11 +152,10 @@ func (w *writeTxn) recordKind(cluster string, kind Kind, present bool, errMsg st
 }
 
 // KindErrors returns the kinds of a cluster that currently fail, ordered by
-// group and kind, and watches the kinds table of the cluster when ws is not
-// nil.
-func (s *Store) KindErrors(ws memdb.WatchSet, cluster string) []KindError {
+// group and kind, and adds to w a watch on the kinds of the cluster.
+func (s *Store) KindErrors(w *Watch, cluster string) []KindError {
 	var out []KindError
-	for _, k := range listAs[*kindRow](s, ws, tableKinds, compoundKey(cluster)) {
+	for _, k := range listAs[*kindRow](s, w, tableKinds, compoundKey(cluster)) {
 		if k.Err != "" {
 			out = append(out, KindError{Kind: k.Kind, Error: k.Err, Since: fromUnixNano(k.ErrAt)})
 		}

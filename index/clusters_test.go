@@ -15,7 +15,7 @@ func TestClustersAndStaleness(t *testing.T) {
 	mustNoErr(t, s.Upsert(ctxb, pod("c1", "ns", "a", StatusHealthy, nil)))
 	mustNoErr(t, s.Upsert(ctxb, pod("c2", "ns", "b", StatusHealthy, nil)))
 
-	ws := newWatchSet()
+	ws := NewWatch()
 	if got := s.ListClusters(ws); len(got) != 2 || got[0].Name != "c1" {
 		t.Fatalf("ListClusters = %+v", got)
 	}
@@ -37,7 +37,7 @@ func TestClustersAndStaleness(t *testing.T) {
 
 	c.State, c.Since = StateDisconnected, clk.Now().Add(time.Second)
 	mustNoErr(t, s.UpsertCluster(ctxb, c))
-	if !watchFired(ws) {
+	if !watchFired(t, ws) {
 		t.Fatal("cluster watch did not fire")
 	}
 	evs := drain(t, s, 0)

@@ -8,20 +8,29 @@
 // write the same way. Every row is a plain, serializable value.
 //
 // The package answers list, filter, paginate and facet queries with an
-// access hook (Access) computed by authz, and publishes a change feed with a
-// global sequence number that subscriptions resume from. Access sets are
-// applied before pagination and counting; a query resolves each
-// ClusterAccess against the index's dictionaries once (namespace ids,
-// kind bitsets) and keeps that on it for later queries, so checking a row
-// costs one small map probe (see accessIDs).
+// access hook (Access) computed and cached by authz, and publishes a change
+// feed with a global sequence number that subscriptions resume from. Access
+// sets are applied before pagination and counting, and each row is checked
+// against the resource its own cluster reported for its kind (a kind id is
+// a (group, kind, resource); see kindDict), so that no cluster's kinds
+// change what another cluster's rows show. A query resolves each
+// ClusterAccess against the index's dictionaries once (namespace ids, kind
+// bitsets, each shared Resources once) and keeps that derived form on it
+// for later queries, so checking a row costs one small map probe (see
+// accessIDs).
+//
+// Blocking reads and revisions have a plain API of their own (Watch,
+// WatchPolicies, PolicyRevision), so that no other package imports
+// go-memdb: authz keeps its access cache valid by polling the one channel
+// of WatchPolicies.
 //
 // Store is the implementation. Object rows live in purpose-built
 // structures (a row table, posting lists of small row ids, name-ordered
 // sorted runs and pre-aggregated count cells; see objIndex) because
 // go-memdb's per-row cost missed the memory and ingest goals; clusters,
 // kinds, RBAC rows and their per-cluster revisions are go-memdb tables,
-// which give WatchSets for blocking reads (the objects revision of a
-// cluster is kept beside the object rows and has its own watch channels).
+// whose watch channels back Watch (the objects revision of a cluster is
+// kept beside the object rows and has its own watch channels).
 // Every write is one commit that updates both under one lock and publishes
 // its events with consecutive sequence numbers; concurrent Upserts and
 // Deletes may share a commit.

@@ -215,8 +215,7 @@ func (p *plan) tallyRestricted(t *tally, cid uint32, agg *clusterAgg, ca *Cluste
 			if everywhere[kid] {
 				return false
 			}
-			_, ok := grs[x.kinds.grOf[kid]]
-			return ok
+			return grs.Has(x.kinds.grOf[kid])
 		})
 	}
 	if len(ca.Named) > 0 {
@@ -227,7 +226,7 @@ func (p *plan) tallyRestricted(t *tally, cid uint32, agg *clusterAgg, ca *Cluste
 				return true
 			}
 			if r.nsid != 0 {
-				if _, ok := ca.Namespaces[x.namespaces.str(r.nsid)][r.kind.gr]; ok {
+				if ca.Namespaces[x.namespaces.str(r.nsid)].Has(r.kind.gr) {
 					return true
 				}
 			}

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-memdb"
 	"go.uber.org/goleak"
 )
 
@@ -60,11 +59,15 @@ func mustNoErr(t testing.TB, err error) {
 	}
 }
 
-func newWatchSet() memdb.WatchSet { return memdb.NewWatchSet() }
-
-// watchFired reports whether any watch of ws fired within a short time.
-func watchFired(ws memdb.WatchSet) bool {
+// watchFired reports whether any watch of w fired within a short time,
+// through Wait, and checks that Changed agrees.
+func watchFired(t testing.TB, w *Watch) bool {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(ctxb, 50*time.Millisecond)
 	defer cancel()
-	return ws.WatchCtx(ctx) == nil
+	fired := w.Wait(ctx) == nil
+	if w.Changed() != fired {
+		t.Errorf("Watch.Changed() = %v, Wait fired %v", w.Changed(), fired)
+	}
+	return fired
 }

@@ -37,17 +37,17 @@ func TestEachClusterMapsItsOwnResources(t *testing.T) {
 
 	svcsGR := GroupResource{Resource: "services"}
 	accesses := map[string]*Access{
-		"list pods in b": {Clusters: map[string]*ClusterAccess{"b": {Everywhere: map[GroupResource]struct{}{podsGR: {}}}}},
+		"list pods in b": {Clusters: map[string]*ClusterAccess{"b": {Everywhere: NewResources(podsGR)}}},
 		"list pods in b/web": {Clusters: map[string]*ClusterAccess{"b": {
-			Namespaces: map[string]map[GroupResource]struct{}{"web": {podsGR: {}}},
+			Namespaces: map[string]*Resources{"web": NewResources(podsGR)},
 		}}},
 		"get pods named svc-1 in b": {Clusters: map[string]*ClusterAccess{"b": {
 			Named: map[NamedObject]struct{}{{GroupResource: podsGR, Name: "svc-1"}: {}, {GroupResource: podsGR, Name: "pod-1"}: {}},
 		}}},
-		"list services in b": {Clusters: map[string]*ClusterAccess{"b": {Everywhere: map[GroupResource]struct{}{svcsGR: {}}}}},
+		"list services in b": {Clusters: map[string]*ClusterAccess{"b": {Everywhere: NewResources(svcsGR)}}},
 		"list pods in a and b": {Clusters: map[string]*ClusterAccess{
-			"a": {Everywhere: map[GroupResource]struct{}{podsGR: {}}},
-			"b": {Everywhere: map[GroupResource]struct{}{podsGR: {}}},
+			"a": {Everywhere: NewResources(podsGR)},
+			"b": {Everywhere: NewResources(podsGR)},
 		}},
 	}
 	for name, acc := range accesses {

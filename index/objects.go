@@ -3,8 +3,6 @@ package index
 import (
 	"context"
 	"fmt"
-
-	"github.com/hashicorp/go-memdb"
 )
 
 // Store implements Sink.
@@ -303,12 +301,11 @@ func (s *Store) Get(k Key) (*Object, bool) {
 	return s.GetWatch(nil, k)
 }
 
-// GetWatch is Get that also adds to ws a watch that fires on the next
-// change of any object of the key's cluster (object rows are not memdb
-// rows; the per-cluster objects revision is), for blocking reads.
-func (s *Store) GetWatch(ws memdb.WatchSet, k Key) (*Object, bool) {
-	if ws != nil {
-		s.ObjectsRevision(ws, k.Cluster)
+// GetWatch is Get that also adds to w a watch that fires on the next
+// change of any object of the key's cluster, for blocking reads.
+func (s *Store) GetWatch(w *Watch, k Key) (*Object, bool) {
+	if w != nil {
+		s.ObjectsRevision(w, k.Cluster)
 	}
 	if isPolicyKind(k.Group, k.Kind) {
 		return nil, false

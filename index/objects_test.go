@@ -145,20 +145,20 @@ func TestGetWatchFires(t *testing.T) {
 	s, _ := newTestStore(t)
 	p := pod("c1", "ns", "a", StatusHealthy, nil)
 	mustNoErr(t, s.Upsert(ctxb, p))
-	ws := newWatchSet()
+	ws := NewWatch()
 	if _, ok := s.GetWatch(ws, p.Key()); !ok {
 		t.Fatal("not found")
 	}
-	if fired := watchFired(ws); fired {
+	if fired := watchFired(t, ws); fired {
 		t.Fatal("watch fired without a change")
 	}
 	mustNoErr(t, s.Upsert(ctxb, p)) // unchanged
-	if watchFired(ws) {
+	if watchFired(t, ws) {
 		t.Fatal("watch fired on an unchanged upsert")
 	}
 	p.Status = StatusUnhealthy
 	mustNoErr(t, s.Upsert(ctxb, p))
-	if !watchFired(ws) {
+	if !watchFired(t, ws) {
 		t.Fatal("watch did not fire")
 	}
 }

@@ -101,17 +101,17 @@ func randomAccess(rnd *rand.Rand) *Access {
 		if rnd.IntN(3) == 0 {
 			continue
 		}
-		ca := &ClusterAccess{Everywhere: map[GroupResource]struct{}{}, Namespaces: map[string]map[GroupResource]struct{}{}, Named: map[NamedObject]struct{}{}}
+		ca := &ClusterAccess{Namespaces: map[string]*Resources{}, Named: map[NamedObject]struct{}{}}
 		switch rnd.IntN(4) {
 		case 0:
 			ca.All = true
 		case 1:
-			ca.Everywhere[ks] = struct{}{}
+			ca.Everywhere = NewResources(ks)
 		}
 		for range rnd.IntN(3) {
-			grs := map[GroupResource]struct{}{pods: {}}
+			grs := NewResources(pods)
 			if rnd.IntN(2) == 0 {
-				grs[ks] = struct{}{}
+				grs = NewResources(pods, ks)
 			}
 			ca.Namespaces[fmt.Sprintf("ns%d", rnd.IntN(4))] = grs
 		}
@@ -161,12 +161,16 @@ func refAllows(a *Access, cluster string, gr GroupResource, namespace, name stri
 	if ca.All {
 		return true
 	}
-	if _, ok := ca.Everywhere[gr]; ok {
-		return true
+	for g := range ca.Everywhere.All() {
+		if g == gr {
+			return true
+		}
 	}
 	if grs, ok := ca.Namespaces[namespace]; ok && namespace != "" {
-		if _, ok := grs[gr]; ok {
-			return true
+		for g := range grs.All() {
+			if g == gr {
+				return true
+			}
 		}
 	}
 	for no := range ca.Named {

@@ -5,8 +5,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-
-	"github.com/hashicorp/go-memdb"
 )
 
 // policyTable returns the RBAC table of a policy kind.
@@ -172,28 +170,42 @@ func (s *Store) ListClusterRoleBindings(cluster string) []*Binding {
 }
 
 // PolicyRevision returns a number that changes whenever an RBAC row or the
-// kinds set of the cluster changes, and only then; authz keys its access
-// cache by it. It is the sequence number of the EventPolicy that reported
-// the change (0 before the first).
+// kinds set of the cluster changes, and only then. It is the sequence
+// number of the EventPolicy that reported the change (0 before the first,
+// and again once RemoveCluster removed the cluster).
 func (s *Store) PolicyRevision(cluster string) uint64 {
-	return s.revision(nil, revisionPolicy, cluster)
+	return s.revision(revisionPolicy, cluster)
 }
 
-// PolicyRevisionWatch is PolicyRevision with a watch that fires on the
-// next change of the cluster's policy.
-func (s *Store) PolicyRevisionWatch(ws memdb.WatchSet, cluster string) uint64 {
-	return s.revision(ws, revisionPolicy, cluster)
+// PolicyRevisions is the policy side of the fleet at one moment: what
+// authz compiles access from, and when it must compile again.
+type PolicyRevisions struct {
+	// Clusters maps every cluster whose RBAC rows or kinds the index holds
+	// to its PolicyRevision. A cluster enters with its first RBAC row or
+	// kind and leaves with RemoveCluster; a cluster that is not listed
+	// grants nothing.
+	Clusters map[string]uint64
+	// Changed is closed when any cluster's policy next changes, including
+	// a cluster entering or leaving. It may also close for a change that
+	// left Clusters as it was; compare them then. Holding it costs nothing
+	// and needs no release.
+	Changed <-chan struct{}
 }
 
-// PolicyRevisionNotify returns PolicyRevision and a channel that is closed
-// when the cluster's policy next changes (it may also close early, before
-// the cluster's first policy change; read the revision again then). It
-// implements authz.RevisionNotifier: a cached access set is then checked
-// with a non-blocking receive instead of a memdb read per lookup (about 50
-// ns instead of 700 ns measured). The channel is memdb's, so holding it
-// costs nothing and it needs no release.
-func (s *Store) PolicyRevisionNotify(cluster string) (uint64, <-chan struct{}) {
-	return s.revisionNotify(revisionPolicy, cluster)
+// WatchPolicies returns the policy revision of every cluster and a channel
+// closed at the next change of any of them, read from one snapshot: a
+// change racing with the read closes the channel, so a caller that
+// compiles from the rows read after it can never hold stale access while
+// the channel is open.
+func (s *Store) WatchPolicies() PolicyRevisions {
+	it, err := s.db.Txn(false).Get(tableRevisions, indexIDPrefix, memKey(compoundKey(revisionPolicy)))
+	must(err)
+	out := PolicyRevisions{Clusters: map[string]uint64{}, Changed: it.WatchCh()}
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		r := raw.(*revisionRow)
+		out.Clusters[r.Cluster] = r.Revision
+	}
+	return out
 }
 
 // Kinds returns the kinds recorded for a cluster by successful Replace
@@ -225,10 +237,10 @@ func firstAs[T any](s *Store, table, key string) (T, bool) {
 
 // listAs reads the rows of type T under a key prefix from a memdb
 // snapshot, adding the iterator's watch channel to ws.
-func listAs[T any](s *Store, ws memdb.WatchSet, table, prefix string) []T {
+func listAs[T any](s *Store, w *Watch, table, prefix string) []T {
 	it, err := s.db.Txn(false).Get(table, indexIDPrefix, memKey(prefix))
 	must(err)
-	ws.Add(it.WatchCh())
+	w.add(it.WatchCh())
 	var out []T
 	for raw := it.Next(); raw != nil; raw = it.Next() {
 		out = append(out, raw.(T))

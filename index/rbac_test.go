@@ -65,9 +65,9 @@ func TestPolicyRowsAndRevision(t *testing.T) {
 		{"replace to empty", func() error { return s.Replace(ctxb, "c1", roleKind, nil) }, true},
 	}
 	for _, st := range steps {
-		notifyRev, changed := s.PolicyRevisionNotify("c1")
-		if notifyRev != rev {
-			t.Errorf("%s: PolicyRevisionNotify = %d, PolicyRevision %d", st.name, notifyRev, rev)
+		pr := s.WatchPolicies()
+		if pr.Clusters["c1"] != rev {
+			t.Errorf("%s: WatchPolicies has revision %d, PolicyRevision %d", st.name, pr.Clusters["c1"], rev)
 		}
 		mustNoErr(t, st.do())
 		now := s.PolicyRevision("c1")
@@ -79,14 +79,16 @@ func TestPolicyRowsAndRevision(t *testing.T) {
 		if (now != rev) != st.changes {
 			t.Errorf("%s: revision %d -> %d, want changed=%v", st.name, rev, now, st.changes)
 		}
+		// The channel watches every cluster: c2's first policy row closes it too.
+		fleetChanges := st.changes || st.name == "policy in another cluster"
 		select {
-		case <-changed:
-			if !st.changes {
-				t.Errorf("%s: PolicyRevisionNotify channel closed without a policy change", st.name)
+		case <-pr.Changed:
+			if !fleetChanges {
+				t.Errorf("%s: WatchPolicies channel closed without a policy change", st.name)
 			}
 		default:
-			if st.changes {
-				t.Errorf("%s: PolicyRevisionNotify channel still open after a policy change", st.name)
+			if fleetChanges {
+				t.Errorf("%s: WatchPolicies channel still open after a policy change", st.name)
 			}
 		}
 		rev = now
@@ -96,28 +98,41 @@ func TestPolicyRowsAndRevision(t *testing.T) {
 	}
 }
 
-// TestPolicyRevisionNotifyBeforeFirstChange checks the channel of a cluster
-// that has no policy revision yet: it closes at the first policy change.
-func TestPolicyRevisionNotifyBeforeFirstChange(t *testing.T) {
+// TestWatchPoliciesEnterAndLeave checks the clusters WatchPolicies lists:
+// a cluster enters with its first policy row (an object row is not one)
+// and leaves with RemoveCluster, and each step closes the channel.
+func TestWatchPoliciesEnterAndLeave(t *testing.T) {
 	s, _ := newTestStore(t)
-	rev, changed := s.PolicyRevisionNotify("c1")
-	if rev != 0 || changed == nil {
-		t.Fatalf("PolicyRevisionNotify = %d, %v; want 0 and a channel", rev, changed)
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	pr := s.WatchPolicies()
+	if len(pr.Clusters) != 0 || pr.Changed == nil {
+		t.Fatalf("WatchPolicies of an empty index = %+v", pr)
 	}
 	mustNoErr(t, s.Upsert(ctxb, pod("c1", "ns", "p", StatusHealthy, nil)))
-	select {
-	case <-changed:
+	if closed(pr.Changed) {
 		t.Fatal("closed by an object write")
-	default:
 	}
 	mustNoErr(t, s.Upsert(ctxb, policyRow(KindClusterRole, "", "cr", nil)))
-	select {
-	case <-changed:
-	default:
+	if !closed(pr.Changed) {
 		t.Fatal("not closed by the first policy change")
 	}
-	if rev, _ := s.PolicyRevisionNotify("c1"); rev == 0 || rev != s.PolicyRevision("c1") {
-		t.Fatalf("revision after the change = %d, PolicyRevision %d", rev, s.PolicyRevision("c1"))
+	pr = s.WatchPolicies()
+	if rev := pr.Clusters["c1"]; len(pr.Clusters) != 1 || rev == 0 || rev != s.PolicyRevision("c1") {
+		t.Fatalf("after the first policy row: %v, PolicyRevision %d", pr.Clusters, s.PolicyRevision("c1"))
+	}
+	mustNoErr(t, s.RemoveCluster(ctxb, "c1"))
+	if !closed(pr.Changed) {
+		t.Fatal("not closed by RemoveCluster")
+	}
+	if pr = s.WatchPolicies(); len(pr.Clusters) != 0 || s.PolicyRevision("c1") != 0 {
+		t.Fatalf("after RemoveCluster: %v, PolicyRevision %d", pr.Clusters, s.PolicyRevision("c1"))
 	}
 }
 

@@ -220,13 +220,13 @@ func (p *plan) accessSource(limit int) (source, bool) {
 }
 
 // kidsOf returns, by kid, whether the kind's resource is in set.
-func (x *objIndex) kidsOf(set map[GroupResource]struct{}) map[uint32]bool {
-	if len(set) == 0 {
+func (x *objIndex) kidsOf(set *Resources) map[uint32]bool {
+	if set.Len() == 0 {
 		return nil
 	}
 	out := map[uint32]bool{}
 	for kid, gr := range x.kinds.grOf {
-		if _, ok := set[gr]; ok {
+		if set.Has(gr) {
 			out[uint32(kid)] = true
 		}
 	}
@@ -257,7 +257,7 @@ func (p *plan) eachInCluster(cid uint32, ca *ClusterAccess, fn func(*objRow) boo
 			if everywhere[r.kind.kid] {
 				return true
 			}
-			if _, ok := grs[r.kind.gr]; !ok {
+			if !grs.Has(r.kind.gr) {
 				return true
 			}
 			return fn(r)
@@ -268,12 +268,12 @@ func (p *plan) eachInCluster(cid uint32, ca *ClusterAccess, fn func(*objRow) boo
 	}
 	var key []byte
 	for no := range ca.Named {
-		if _, ok := ca.Everywhere[no.GroupResource]; ok {
+		if ca.Everywhere.Has(no.GroupResource) {
 			continue
 		}
 		anyNS := no.Namespace == ""
 		if !anyNS {
-			if _, ok := ca.Namespaces[no.Namespace][no.GroupResource]; ok {
+			if ca.Namespaces[no.Namespace].Has(no.GroupResource) {
 				continue
 			}
 			if _, ok := ca.Named[NamedObject{GroupResource: no.GroupResource, Name: no.Name}]; ok {
@@ -298,7 +298,7 @@ func (p *plan) eachInCluster(cid uint32, ca *ClusterAccess, fn func(*objRow) boo
 					continue
 				}
 				ns := x.namespaces.str(nsid)
-				if _, ok := ca.Namespaces[ns][no.GroupResource]; ok {
+				if ca.Namespaces[ns].Has(no.GroupResource) {
 					continue
 				}
 				key = appendKey(key[:0], cluster, gk.Group, gk.Kind, ns, no.Name)

@@ -113,6 +113,7 @@ type writeTxn struct {
 	slabLen int                 // size of the last slab
 	touched []scopeKey          // a handful per write
 	policy  map[string]struct{} // clusters whose policy (RBAC or kinds set) changed
+	removed string              // the cluster RemoveCluster removed: its revisions go too
 }
 
 // mem returns the write's memdb transaction, opening it on first use:
@@ -229,11 +230,15 @@ func (w *writeTxn) commit() {
 		return
 	}
 	for _, k := range w.touched {
-		if k.scope == revisionObjects {
+		switch {
+		case k.scope == revisionObjects:
 			s.objectsChanged(k.cluster, w.seq)
-			continue
+		case k.cluster == w.removed:
+			_, err := w.mem().DeleteAll(tableRevisions, indexID, memKey(compoundKey(k.scope, k.cluster)))
+			must(err)
+		default:
+			must(w.mem().Insert(tableRevisions, &revisionRow{Scope: k.scope, Cluster: k.cluster, Revision: w.seq}))
 		}
-		must(w.mem().Insert(tableRevisions, &revisionRow{Scope: k.scope, Cluster: k.cluster, Revision: w.seq}))
 	}
 	if w.txn != nil {
 		w.txn.Commit()
@@ -317,35 +322,23 @@ func (s *Store) LastSeq() uint64 {
 }
 
 // revision returns the sequence number of the last change of one table
-// (tableKinds, ...) or revision scope (revisionObjects, revisionPolicy) in
-// one cluster; 0 when it never changed.
-func (s *Store) revision(ws memdb.WatchSet, scope, cluster string) uint64 {
-	rev, ch := s.revisionNotify(scope, cluster)
-	ws.Add(ch)
-	return rev
-}
-
-// revisionNotify is revision with the watch channel of the revision row
-// (or, while the row does not exist, of the radix node it would go under),
-// which memdb closes when the row changes. A channel of a missing row may
-// also close on a neighbour's change; callers read the revision again.
-func (s *Store) revisionNotify(scope, cluster string) (uint64, <-chan struct{}) {
-	txn := s.db.Txn(false)
-	ch, raw, err := txn.FirstWatch(tableRevisions, indexID, memKey(compoundKey(scope, cluster)))
+// (tableKinds, ...) or revision scope (revisionPolicy) in one cluster; 0
+// when it never changed.
+func (s *Store) revision(scope, cluster string) uint64 {
+	raw, err := s.db.Txn(false).First(tableRevisions, indexID, memKey(compoundKey(scope, cluster)))
 	must(err)
 	if raw == nil {
-		return 0, ch
+		return 0
 	}
-	return raw.(*revisionRow).Revision, ch
+	return raw.(*revisionRow).Revision
 }
 
 // ObjectsRevision returns the sequence number of the last object change in
-// a cluster, and adds a watch that fires on the next one when ws is not
-// nil.
-func (s *Store) ObjectsRevision(ws memdb.WatchSet, cluster string) uint64 {
+// a cluster, and adds to w a watch that fires on the next one.
+func (s *Store) ObjectsRevision(w *Watch, cluster string) uint64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if ws != nil {
+	if w != nil {
 		s.watchMu.Lock()
 		ch := s.objWatch[cluster]
 		if ch == nil {
@@ -353,7 +346,7 @@ func (s *Store) ObjectsRevision(ws memdb.WatchSet, cluster string) uint64 {
 			s.objWatch[cluster] = ch
 		}
 		s.watchMu.Unlock()
-		ws.Add(ch)
+		w.add(ch)
 	}
 	return s.objRev[cluster]
 }

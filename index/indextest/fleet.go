@@ -283,12 +283,12 @@ func (f Fleet) Each(batch int, fn func([]index.Object) error) error {
 
 // AllResources returns every GroupResource of the fleet's kinds, for
 // building access sets.
-func AllResources() map[index.GroupResource]struct{} {
-	out := map[index.GroupResource]struct{}{}
+func AllResources() *index.Resources {
+	var grs []index.GroupResource
 	for _, k := range Kinds {
-		out[index.GroupResource{Group: k.Group, Resource: k.Resource}] = struct{}{}
+		grs = append(grs, index.GroupResource{Group: k.Group, Resource: k.Resource})
 	}
-	return out
+	return index.NewResources(grs...)
 }
 
 // NamespaceAccess returns an Access that may list every fleet resource in
@@ -299,7 +299,7 @@ func (f Fleet) NamespaceAccess(clusters, nsPerCluster int) *index.Access {
 	a := &index.Access{Clusters: map[string]*index.ClusterAccess{}}
 	step := max(1, f.Namespaces/nsPerCluster)
 	for c := 0; c < clusters; c++ {
-		ca := &index.ClusterAccess{Namespaces: map[string]map[index.GroupResource]struct{}{}}
+		ca := &index.ClusterAccess{Namespaces: map[string]*index.Resources{}}
 		for j := 0; j < nsPerCluster; j++ {
 			ca.Namespaces[NamespaceName((j*step)%f.Namespaces)] = grs
 		}

@@ -141,8 +141,11 @@ func (s *Store) ListRoleBindings(_, namespace string) []*index.Binding {
 // ListClusterRoleBindings implements authz.ClusterRoleBindingLister.
 func (s *Store) ListClusterRoleBindings(string) []*index.Binding { return s.crbs }
 
-// PolicyRevision implements authz.RevisionSource.
-func (s *Store) PolicyRevision(string) uint64 { return 1 }
+// WatchPolicies implements authz.PolicyWatcher: the Store holds one
+// cluster and never changes, so the channel is nil.
+func (s *Store) WatchPolicies() index.PolicyRevisions {
+	return index.PolicyRevisions{Clusters: map[string]uint64{Cluster: 1}}
+}
 
 // Kinds implements authz.KindLister.
 func (s *Store) Kinds(string) []index.Kind { return s.kinds }
