@@ -25,7 +25,7 @@ CONFORMANCE_DEPS := graph/conformance/node_modules/.package-lock.json
 TESTENV_SRC := $(shell find testenv -name '*.go' -not -path '*/rbacdiff/*') testenv/go.mod testenv/go.sum Makefile
 
 .PHONY: all build test test-root test-testenv test-fleetbench lint demo testenv crds \
-	bench-index bench-authz bench-collector bench-graph bench-compare bench-servers test-rbac-full test-conformance clean
+	bench-index bench-scale bench-authz bench-collector bench-graph bench-compare bench-servers test-rbac-full test-conformance clean
 
 all: build
 
@@ -74,6 +74,10 @@ demo: testenv
 ## bench-index: the index at 1M synthetic objects
 bench-index:
 	cd cmd/fleetbench && $(GO) run . index
+
+## bench-scale: the index at 10M objects (1,000 clusters x 1,000 namespaces x 10); needs about 8 GiB
+bench-scale:
+	cd cmd/fleetbench && $(GO) run . scale
 
 ## test-conformance: the graphql-http server audits and a graphql-ws client against a live server
 test-conformance: $(CONFORMANCE_DEPS)

@@ -3,6 +3,7 @@
 // results can be compared run to run.
 //
 //	fleetbench index [flags]       the index benchmark at 1M objects
+//	fleetbench scale [flags]       the index at 10M objects (1,000 clusters)
 //	fleetbench collector [flags]   first full sync of a real cluster of 50,000+ objects
 //	fleetbench compare [flags]     fleetgraph beside PostgreSQL, SQLite and Redis on the same fleet
 package main
@@ -31,9 +32,10 @@ func run(ctx context.Context, args []string) error {
 		"index":     runIndex,
 		"collector": runCollector,
 		"compare":   runCompare,
+		"scale":     runScale,
 	}
 	if len(args) == 0 || commands[args[0]] == nil {
-		return fmt.Errorf("usage: fleetbench index|collector|compare [flags]")
+		return fmt.Errorf("usage: fleetbench index|scale|collector|compare [flags]")
 	}
 	return commands[args[0]](ctx, args[1:])
 }
