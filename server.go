@@ -149,7 +149,7 @@ func New(cfg Config) (*Server, error) {
 		if err := claims.Ready(); err != nil {
 			return err
 		}
-		if f := connection.Fleet(store.ListClusters(nil)); f.Rebuilding {
+		if f := store.Fleet(&index.Access{All: true}); f.Rebuilding {
 			return errors.New(f.Message)
 		}
 		return nil

@@ -95,7 +95,7 @@ func (s *service) access(v *viewer) *index.Access {
 // admins: every cluster). It decides which clusters a viewer is told about
 // in clusters, cluster, fleet and clusterConnection.
 func (s *service) clusterVisible(v *viewer, cluster string) bool {
-	return v.admin || !s.authz.Access(v.id).Clusters[cluster].Empty()
+	return s.access(v).SeesCluster(cluster)
 }
 
 // newViewer wraps an authenticated user.

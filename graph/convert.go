@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fleetgraph/fleetgraph/connection"
 	"github.com/fleetgraph/fleetgraph/graph/model"
 	"github.com/fleetgraph/fleetgraph/index"
 )
@@ -112,11 +111,9 @@ func toState(s index.ConnectionState) model.ConnectionState {
 	return model.ConnectionState(s)
 }
 
-// fleetStatus summarizes the clusters a viewer can see: the rebuild
-// progress of seed 003 ("Rebuilding indices... 35/100 clusters"), as
-// connection.Fleet computes it for the server's readiness too.
-func fleetStatus(clusters []*index.Cluster) *model.FleetStatus {
-	f := connection.Fleet(clusters)
+// toFleetStatus converts the rebuild progress of seed 003 ("Rebuilding
+// indices... 35/100 clusters"), which the index computes.
+func toFleetStatus(f index.FleetStatus) *model.FleetStatus {
 	return &model.FleetStatus{ClustersTotal: f.ClustersTotal, ClustersSynced: f.ClustersSynced, Rebuilding: f.Rebuilding, Message: f.Message}
 }
 

@@ -13,7 +13,7 @@
 //
 // Resolvers are thin: they authenticate the viewer (authz authenticators),
 // take the viewer's access set from authz, and delegate to the index for
-// lists, facets, clusters and change feeds, and to LeafClients (implemented
+// lists, facets, clusters, the fleet status and change feeds, and to LeafClients (implemented
 // by connection) for object(...), which is read live from the leaf while
 // impersonating the viewer. Everything is filtered through each cluster's
 // RBAC before pagination and counting.

@@ -213,7 +213,7 @@ func (s *service) fleet(ctx context.Context) (*model.FleetStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	return fleetStatus(s.visibleClusters(v)), nil
+	return toFleetStatus(s.store.Fleet(s.access(v))), nil
 }
 
 // viewer answers Query.viewer with the identity as authenticated, before

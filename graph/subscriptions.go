@@ -381,7 +381,7 @@ func (s *service) fleetPump(ctx context.Context, v *viewer, sub *subscriber, out
 	}()
 	var last *model.FleetStatus
 	for {
-		cur := fleetStatus(s.visibleClusters(v))
+		cur := toFleetStatus(s.store.Fleet(s.access(v)))
 		if last == nil || *cur != *last {
 			select {
 			case out <- cur:

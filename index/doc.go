@@ -7,7 +7,9 @@
 // that pull collectors, edge sessions and, later, a replicated stream all
 // write the same way. Every row is a plain, serializable value.
 //
-// The package answers list, filter, paginate and facet queries with an
+// The package answers list, filter, paginate and facet queries and the
+// fleet's rebuild progress (Fleet: "Rebuilding indices... 35/100
+// clusters", counted over the clusters a viewer may see) with an
 // access hook (Access) computed and cached by authz, and publishes a change
 // feed with a global sequence number that subscriptions resume from. Access
 // sets are applied before pagination and counting, and each row is checked

@@ -1,10 +1,6 @@
-package connection
+package index
 
-import (
-	"fmt"
-
-	"github.com/fleetgraph/fleetgraph/index"
-)
+import "fmt"
 
 // FleetStatus is the fleet's rebuild progress: after a start, the index is
 // empty until every cluster's first full sync, and users are told how far
@@ -19,15 +15,36 @@ type FleetStatus struct {
 	Message    string
 }
 
-// Fleet computes the fleet status from the cluster rows.
-func Fleet(clusters []*index.Cluster) FleetStatus {
+// Fleet returns the status of the clusters a viewer with access a is told
+// about (Access.SeesCluster), from one read of the cluster rows; with
+// access All, of the whole fleet, which is what readiness waits for.
+func (s *Store) Fleet(a *Access) FleetStatus {
+	var seen []*Cluster
+	for _, c := range s.ListClusters(nil) {
+		if a.SeesCluster(c.Name) {
+			seen = append(seen, c)
+		}
+	}
+	return fleetStatus(seen)
+}
+
+// SeesCluster reports whether the access shows anything in a cluster: with
+// All, every cluster; otherwise a cluster whose ClusterAccess is not
+// Empty. It decides which clusters, connection events and fleet counts a
+// viewer is told about.
+func (a *Access) SeesCluster(name string) bool {
+	return a != nil && (a.All || !a.Clusters[name].Empty())
+}
+
+// fleetStatus computes the status of a set of cluster rows.
+func fleetStatus(clusters []*Cluster) FleetStatus {
 	s := FleetStatus{ClustersTotal: len(clusters)}
 	disconnected := 0
 	for _, c := range clusters {
 		if c.Synced {
 			s.ClustersSynced++
 		}
-		if c.State == index.StateDisconnected {
+		if c.State == StateDisconnected {
 			disconnected++
 		} else if !c.Synced {
 			s.Rebuilding = true
