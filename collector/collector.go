@@ -26,13 +26,6 @@ import (
 const DefaultRelist = 30 * time.Second
 
 const (
-	// kindBackoffInitial is the first wait after a kind's list fails. A
-	// 429 or a blip should be retried quickly.
-	kindBackoffInitial = time.Second
-	// kindBackoffMax caps the wait: a kind that is forbidden or broken
-	// is retried once a minute, so it recovers on its own without
-	// hammering the API server.
-	kindBackoffMax = time.Minute
 	// relistJitter spreads relists of many kinds and clusters over time,
 	// so they do not all hit the API servers in the same second.
 	relistJitter = 0.1
@@ -277,8 +270,7 @@ func (r *Run) startKind(ctx context.Context, p plannedKind) {
 
 // collectKind lists and watches one kind until ctx ends. Each cycle lists
 // everything (a Replace), watches for the relist interval, and starts over.
-// A failing list is reported and retried with exponential backoff and
-// jitter.
+// A failing list is reported and retried with the retry.KindList backoff.
 func (r *Run) collectKind(ctx context.Context, p plannedKind) {
 	gvr := schema.GroupVersionResource{Group: p.kind.Group, Version: p.kind.Version, Resource: p.kind.Resource}
 	lw := &signallingListWatch{inner: p.adapter.listWatch(r.cfg.Clients, gvr), report: func(err error) {
@@ -289,7 +281,7 @@ func (r *Run) collectKind(ctx context.Context, p plannedKind) {
 		Name:            r.cfg.Cluster + "/" + p.kind.GroupKind(),
 		TypeDescription: p.kind.GroupKind(),
 	})
-	backoff := kindBackoffInitial
+	backoff := retry.New(retry.KindList, nil)
 	for ctx.Err() == nil {
 		cycle, cancel := context.WithTimeout(ctx, retry.Jitter(r.cfg.Relist, relistJitter))
 		err := reflector.ListAndWatchWithContext(cycle)
@@ -298,31 +290,27 @@ func (r *Run) collectKind(ctx context.Context, p plannedKind) {
 			return
 		}
 		if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-			backoff = kindBackoffInitial
+			backoff.Reset()
 			continue // the cycle ended: relist
 		}
 		if apierrors.IsGone(err) || apierrors.IsResourceExpired(err) {
 			// The resource version is too old (410): an ordinary
 			// event that a fresh list resolves.
 			r.cfg.Logger.Debug("resource version expired; relisting", "cluster", r.cfg.Cluster, "kind", p.kind.GroupKind())
-			select {
-			case <-ctx.Done():
+			if !backoff.Sleep(ctx, goneRelistDelay) {
 				return
-			case <-time.After(goneRelistDelay):
 			}
 			continue
 		}
-		r.cfg.Logger.Warn("collecting kind failed", "cluster", r.cfg.Cluster, "kind", p.kind.GroupKind(), "err", err, "retry_in", backoff)
+		wait := backoff.Next()
+		r.cfg.Logger.Warn("collecting kind failed", "cluster", r.cfg.Cluster, "kind", p.kind.GroupKind(), "err", err, "retry_in", wait.Round(time.Millisecond))
 		if rerr := r.cfg.Sink.ReportKindError(ctx, r.cfg.Cluster, p.kind, describeListError(p.kind, err)); rerr != nil && ctx.Err() == nil {
 			r.cfg.Logger.Error("reporting kind error failed", "cluster", r.cfg.Cluster, "kind", p.kind.GroupKind(), "err", rerr)
 		}
 		r.cfg.OnEvent(Event{Type: KindFailed, Kind: p.kind, Err: err})
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, wait) {
 			return
-		case <-time.After(retry.Jitter(backoff, 0.5)):
 		}
-		backoff = min(2*backoff, kindBackoffMax)
 	}
 }
 

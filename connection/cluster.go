@@ -111,7 +111,7 @@ func (c *cluster) setConfig(cfg *rest.Config) {
 func (c *cluster) run(ctx context.Context) {
 	log := c.m.opts.Logger.With("cluster", c.spec.Name)
 	c.transition(ctx, index.StateConnecting, nil)
-	backoff := c.m.opts.BackoffInitial
+	backoff := retry.New(retry.Reconnect(c.m.opts.BackoffInitial, c.m.opts.BackoffMax), nil)
 	for ctx.Err() == nil {
 		err := c.session(ctx)
 		if ctx.Err() != nil {
@@ -121,19 +121,12 @@ func (c *cluster) run(ctx context.Context) {
 		c.transition(ctx, index.StateDisconnected, err)
 		// Wait until the server answers again, with a fresh client
 		// each time, then start a new session (which resyncs).
-		for ctx.Err() == nil {
-			wait := retry.Jitter(backoff, 0.2)
-			backoff = min(2*backoff, c.m.opts.BackoffMax)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
+		for backoff.Wait(ctx) {
 			if err := c.reachable(ctx); err != nil {
 				c.recordError(ctx, err)
 				continue
 			}
-			backoff = c.m.opts.BackoffInitial
+			backoff.Reset()
 			c.transition(ctx, index.StateConnecting, nil)
 			break
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fleetgraph/fleetgraph/collector"
 	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/internal/retry"
 )
 
 // Defaults for Options. They are chosen so that a frozen or black-holed
@@ -28,12 +29,10 @@ const (
 	DefaultProbeFailures    = 2
 	DefaultHTTP2ReadIdle    = 3 * time.Second
 	DefaultHTTP2PingTimeout = 2 * time.Second
-	// DefaultBackoffInitial is the first wait before reconnecting.
-	DefaultBackoffInitial = 250 * time.Millisecond
-	// DefaultBackoffMax caps the reconnect wait. A probe of a dead
-	// server is one cheap TCP attempt, so a low cap costs little and
-	// keeps recovery within seconds of the server coming back.
-	DefaultBackoffMax = 2 * time.Second
+	// DefaultBackoffInitial and DefaultBackoffMax bound the wait before
+	// reconnecting; internal/retry gives the reasons for the numbers.
+	DefaultBackoffInitial = retry.PullReconnectInitial
+	DefaultBackoffMax     = retry.PullReconnectMax
 	// lastSeenEvery throttles writes of LastSeen while connected: every
 	// write is a change event, and a row per second per cluster would be
 	// noise for subscribers.

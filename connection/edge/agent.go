@@ -37,18 +37,11 @@ const (
 	// not yet sent. Past it the edge forgets them and sends a full
 	// snapshot instead, which costs one snapshot rather than memory.
 	DefaultMaxPending = 100_000
-	// DefaultBackoffInitial is the first wait before reconnecting to the
-	// manager: a manager restart should be bridged in about a second.
-	DefaultBackoffInitial = 500 * time.Millisecond
-	// DefaultBackoffMax caps the wait, so that a fleet of edges retrying
-	// a manager that is down does not add up to a storm, yet every edge
-	// is back within half a minute of the manager.
-	DefaultBackoffMax = 30 * time.Second
-	// localBackoffInitial and localBackoffMax pace retries of the local
-	// API server's discovery when the edge starts before it: quick at
-	// first, then every 30 s.
-	localBackoffInitial = time.Second
-	localBackoffMax     = 30 * time.Second
+	// DefaultBackoffInitial and DefaultBackoffMax bound the wait before
+	// reconnecting to the manager; internal/retry gives the reasons for
+	// the numbers.
+	DefaultBackoffInitial = retry.EdgeReconnectInitial
+	DefaultBackoffMax     = retry.EdgeReconnectMax
 	// metadataRefresh is how often the edge re-reads the Kubernetes and
 	// Istio versions: upgrades are rare, and a full snapshot carries the
 	// refreshed values.
@@ -291,17 +284,17 @@ func (a *Agent) Run(ctx context.Context) error {
 // collect starts the collector against the local cluster, retrying until
 // discovery succeeds, and refreshes the metadata until ctx ends.
 func (a *Agent) collect(ctx context.Context) {
-	backoff := localBackoffInitial
+	backoff := retry.New(retry.EdgeLocal, nil)
 	for ctx.Err() == nil {
 		err := a.collectOnce(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		a.log.Warn("local API server not reachable; retrying", "err", err, "retry_in", backoff)
-		if !sleep(ctx, retry.Jitter(backoff, 0.2)) {
+		wait := backoff.Next()
+		a.log.Warn("local API server not reachable; retrying", "err", err, "retry_in", wait.Round(time.Millisecond))
+		if !backoff.Sleep(ctx, wait) {
 			return
 		}
-		backoff = min(2*backoff, localBackoffMax)
 	}
 }
 
@@ -361,26 +354,25 @@ func (a *Agent) currentMetadata() map[string]string {
 // connectLoop runs sessions until ctx ends, with jittered exponential
 // backoff between them; a session that was welcomed resets the backoff.
 func (a *Agent) connectLoop(ctx context.Context) {
-	backoff := a.opts.BackoffInitial
+	backoff := retry.New(retry.Reconnect(a.opts.BackoffInitial, a.opts.BackoffMax), nil)
 	for ctx.Err() == nil {
 		welcomed, err := a.session(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		if welcomed {
-			backoff = a.opts.BackoffInitial
+			backoff.Reset()
 		}
-		wait := retry.Jitter(backoff, 0.2)
+		wait := backoff.Next()
 		if rej := asReject(err); rej != nil {
 			a.stats.rejects.Add(1)
 			a.stats.lastReject.Store(rej)
 			wait = max(wait, time.Duration(rej.RetryAfterMillis)*time.Millisecond)
 		}
 		a.log.Warn("manager session ended", "err", err, "retry_in", wait.Round(time.Millisecond))
-		if !sleep(ctx, wait) {
+		if !backoff.Sleep(ctx, wait) {
 			return
 		}
-		backoff = min(2*backoff, a.opts.BackoffMax)
 	}
 }
 
@@ -437,15 +429,4 @@ func (a *Agent) session(ctx context.Context) (bool, error) {
 	a.log.Info("connected to the manager", "session", m.Welcome.Session)
 	s := newAgentSession(a, conn, m.Welcome)
 	return true, s.run(ctx)
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
