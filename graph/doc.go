@@ -33,8 +33,10 @@
 // Two measured optimizations sit beside gqlgen's generated code: lists are
 // marshaled in order rather than with a goroutine per element
 // (internal/seqmarshal), and Query.objects writes its page directly in
-// gqlgen's exact output format (fast.go). Both are checked against the
-// generated code.
+// gqlgen's exact output format (fast.go), for the types and fields the
+// schema puts under it. Both are checked against the generated code. The
+// fast path runs no field middleware, so it is not installed when an
+// extension (Options.Extensions) intercepts fields.
 //
 // The package keeps no state of its own beyond open subscriptions and
 // websockets: it asks authz for the viewer's access on every operation

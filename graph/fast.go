@@ -1,11 +1,14 @@
 package graph
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -27,169 +30,269 @@ import (
 //
 // Every type under Query.objects (ObjectConnection, PageInfo, ObjectEdge,
 // Object, Label, OwnerReference) is plain data without resolvers, so
-// executing its selection is only writing the selected fields. fastObjects
-// is a root-field interceptor that does exactly that for Query.objects: it
-// converts the arguments, calls the same service method as the generated
-// resolver, and writes the selection with gqlgen's own field collection
-// (aliases, fragments, @skip/@include) and scalar marshalers, so the bytes
-// are the ones gqlgen would write; fast_test.go checks them against the
-// generated path. When the resolver fails, it hands the field back to the
-// generated path, which reports the error the usual way. It assumes no
-// field middleware (AroundFields) is installed, since it runs none.
+// executing its selection is only writing the selected fields. The fast
+// path is a root-field interceptor that does exactly that for
+// Query.objects: it converts the arguments with the generated models, calls
+// the same service method as the generated resolver, and writes the
+// selection with gqlgen's own field collection (aliases, fragments,
+// @skip/@include) and scalar marshalers, so the bytes are the ones gqlgen
+// would write; fast_test.go checks them against the generated path.
+//
+// What it may write comes from the schema: the types and fields under
+// Query.objects, their fragment type conditions and the defaults of the
+// input types are read from it, and fastWriters says how to write each
+// field. A selected field without a writer (one added to the schema later),
+// an argument it does not know, or a failing resolver send the field back
+// to the generated path, which is always correct.
+//
+// It runs no field middleware, so it is only installed when no extension
+// intercepts fields (see NewHandler): a tracing extension added later sees
+// every field, on the generated path.
+type fastPath struct {
+	svc     *service
+	schema  *ast.Schema
+	off     bool         // tests: serve objects through gqlgen's generated code
+	served  atomic.Int64 // queries the fast path answered
+	buffers sync.Pool    // *[]byte
+}
 
-// fastObjects returns the root field interceptor.
-func (s *service) fastObjects() graphql.RootFieldMiddleware {
+func newFastPath(svc *service, schema *ast.Schema) *fastPath {
+	f := &fastPath{svc: svc, schema: schema}
+	f.buffers.New = func() any { b := make([]byte, 0, 64<<10); return &b }
+	return f
+}
+
+// interceptsFields reports whether any extension runs field middleware,
+// which the fast path would skip.
+func interceptsFields(exts []graphql.HandlerExtension) (string, bool) {
+	for _, e := range exts {
+		if _, ok := e.(graphql.FieldInterceptor); ok {
+			return e.ExtensionName(), true
+		}
+	}
+	return "", false
+}
+
+// middleware returns the root field interceptor.
+func (f *fastPath) middleware() graphql.RootFieldMiddleware {
 	return func(ctx context.Context, next graphql.RootResolver) graphql.Marshaler {
 		rfc := graphql.GetRootFieldContext(ctx)
 		// gqlgen puts the field name, not the type, in rfc.Object.
-		if s.noFastPath || rfc == nil || rfc.Field.Name != "objects" || rfc.Field.ObjectDefinition == nil ||
+		if f.off || rfc == nil || rfc.Field.Name != "objects" || rfc.Field.ObjectDefinition == nil ||
 			rfc.Field.ObjectDefinition.Name != "Query" {
 			return next(ctx)
 		}
 		opCtx := graphql.GetOperationContext(ctx)
-		args, ok := objectsArgs(rfc.Field.ArgumentMap(opCtx.Variables))
+		args, ok := f.objectsArgs(rfc.Field.Definition, rfc.Field.ArgumentMap(opCtx.Variables))
 		if !ok {
 			return next(ctx)
 		}
-		pl, ok := plan(opCtx, rfc.Field.Selections, connectionTypes(), subTypes("ObjectConnection"))
+		pl, ok := f.plan(opCtx, rfc.Field.Selections, rfc.Field.Definition.Type.Name())
 		if !ok {
 			return next(ctx)
 		}
-		page, err := s.queryObjects(ctx, args.filter, args.order, args.first, args.after)
+		page, err := f.svc.queryObjects(ctx, args.Filter, args.OrderBy, args.First, args.After)
 		if err != nil {
 			return next(ctx)
 		}
-		s.fastServed.Add(1)
+		f.served.Add(1)
 		return graphql.WriterFunc(func(w io.Writer) {
-			s.writeConnection(w, pl, page)
+			f.write(w, pl, page)
 		})
 	}
 }
 
-// objectsArguments are the arguments of Query.objects.
+// objectsArguments are the arguments of Query.objects, named as in the
+// schema.
 type objectsArguments struct {
-	filter *model.ObjectFilter
-	order  *model.ObjectOrder
-	first  *int
-	after  *string
+	Filter  *model.ObjectFilter `json:"filter"`
+	OrderBy *model.ObjectOrder  `json:"orderBy"`
+	First   *int                `json:"first"`
+	After   *string             `json:"after"`
 }
 
 // objectsArgs converts validated argument values (variables substituted)
-// into the resolver's argument types. ok is false for a shape it does not
-// expect, which sends the query down the generated path.
-func objectsArgs(m map[string]any) (a objectsArguments, ok bool) {
-	defer func() {
-		if recover() != nil { // a value of an unexpected type
-			ok = false
+// into the resolver's argument types through the generated models (whose
+// enums check their values), after filling in the schema's defaults for
+// input fields. ok is false for an argument or input field the models do
+// not know, which sends the query down the generated path.
+func (f *fastPath) objectsArgs(def *ast.FieldDefinition, m map[string]any) (a objectsArguments, ok bool) {
+	for _, arg := range def.Arguments {
+		if v, present := m[arg.Name]; present {
+			m[arg.Name] = f.withDefaults(arg.Type, v)
 		}
-	}()
-	if f, _ := m["filter"].(map[string]any); f != nil {
-		a.filter = &model.ObjectFilter{
-			Clusters:      stringList(f["clusters"]),
-			Namespaces:    stringList(f["namespaces"]),
-			Kinds:         stringList(f["kinds"]),
-			NameContains:  optStr(f["nameContains"]),
-			LabelSelector: optStr(f["labelSelector"]),
-		}
-		for _, st := range stringList(f["statuses"]) {
-			a.filter.Statuses = append(a.filter.Statuses, model.ObjectStatus(st))
-		}
-	} else if m["filter"] != nil {
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
 		return a, false
 	}
-	if o, _ := m["orderBy"].(map[string]any); o != nil {
-		a.order = &model.ObjectOrder{Field: model.ObjectOrderFieldName, Direction: model.OrderDirectionAsc}
-		if v, _ := o["field"].(string); v != "" {
-			a.order.Field = model.ObjectOrderField(v)
-		}
-		if v, _ := o["direction"].(string); v != "" {
-			a.order.Direction = model.OrderDirection(v)
-		}
-	} else if m["orderBy"] != nil {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&a); err != nil {
 		return a, false
 	}
-	if v, present := m["first"]; present && v != nil {
-		n, ok := toInt(v)
-		if !ok {
-			return a, false
-		}
-		a.first = &n
-	}
-	a.after = optStr(m["after"])
 	return a, true
 }
 
-// stringList converts a list value; nil stays nil.
-func stringList(v any) []string {
-	list, _ := v.([]any)
-	if list == nil {
-		return nil
-	}
-	out := make([]string, len(list))
-	for i, e := range list {
-		out[i] = e.(string)
-	}
-	return out
-}
-
-func optStr(v any) *string {
-	s, ok := v.(string)
-	if !ok {
-		return nil
-	}
-	return &s
-}
-
-// toInt converts an Int argument, which arrives as int64 from literals and
-// as json.Number or int64 from variables.
-func toInt(v any) (int, bool) {
-	switch n := v.(type) {
-	case int:
-		return n, true
-	case int64:
-		return int(n), true
-	case json.Number:
-		i, err := strconv.Atoi(string(n))
-		return i, err == nil
-	case float64:
-		return int(n), float64(int(n)) == n
-	}
-	return 0, false
-}
-
-// The implementors of each type, for fragment type conditions, as gqlgen
-// generates them. They are returned fresh because gqlgen's field
-// collection keeps them.
-func connectionTypes() []string { return []string{"ObjectConnection"} }
-func pageInfoTypes() []string   { return []string{"PageInfo"} }
-func edgeTypes() []string       { return []string{"ObjectEdge"} }
-func objectTypes() []string     { return []string{"Object"} }
-func labelTypes() []string      { return []string{"Label"} }
-func ownerTypes() []string      { return []string{"OwnerReference"} }
-
-// fastFields lists, per type, the fields the fast path writes. A
-// selection of any other field (one added to the schema later) sends the
-// query down the generated path; TestFastFieldsCoverTheSchema fails until
-// the field is added here and to the writer.
-func fastFields(typeName string) []string {
-	switch typeName {
-	case "ObjectConnection":
-		return []string{"edges", "pageInfo", "totalCount", "staleClusters", "changesCursor"}
-	case "PageInfo":
-		return []string{"hasNextPage", "hasPreviousPage", "startCursor", "endCursor"}
-	case "ObjectEdge":
-		return []string{"cursor", "node"}
-	case "Object":
-		return []string{
-			"id", "cluster", "namespace", "group", "version", "kind", "resource", "name", "uid", "status", "message",
-			"labels", "ownerReferences", "createdAt", "updatedAt", "resourceVersion", "summary", "stale",
+// withDefaults returns an input value with the default values the schema
+// gives its input object's missing fields, as the generated unmarshalers
+// apply them.
+func (f *fastPath) withDefaults(t *ast.Type, v any) any {
+	def := f.schema.Types[t.Name()]
+	switch v := v.(type) {
+	case []any:
+		if t.Elem == nil {
+			return v
 		}
-	case "Label":
-		return []string{"key", "value"}
-	case "OwnerReference":
-		return []string{"kind", "name"}
+		out := make([]any, len(v))
+		for i, e := range v {
+			out[i] = f.withDefaults(t.Elem, e)
+		}
+		return out
+	case map[string]any:
+		if def == nil || def.Kind != ast.InputObject {
+			return v
+		}
+		out := make(map[string]any, len(def.Fields))
+		for k, e := range v {
+			out[k] = e
+		}
+		for _, fd := range def.Fields {
+			if e, present := out[fd.Name]; present {
+				out[fd.Name] = f.withDefaults(fd.Type, e)
+			} else if fd.DefaultValue != nil {
+				if dv, err := fd.DefaultValue.Value(nil); err == nil {
+					out[fd.Name] = dv
+				}
+			}
+		}
+		return out
 	}
-	return nil
+	return v
+}
+
+// fieldWriter appends the value of one field of the object in v.
+type fieldWriter func(b []byte, f *fieldPlan, v *fastValue) []byte
+
+// fastValue is what the writers read: the page, and where in it the
+// writer is.
+type fastValue struct {
+	page    *objectsPage
+	edges   []index.Edge
+	edge    *index.Edge
+	label   [2]string // key, value
+	owner   *index.OwnerRef
+	scratch []string // label keys, reused across objects
+}
+
+// fastWriters says, per type under Query.objects, how to write each field.
+// The schema says which types and fields there are; TestFastWritersCoverTheSchema
+// fails when one of them has no writer here.
+var fastWriters = map[string]map[string]fieldWriter{
+	"ObjectConnection": {
+		"edges": func(b []byte, f *fieldPlan, v *fastValue) []byte {
+			return appendList(b, len(v.edges), func(b []byte, i int) []byte {
+				v.edge = &v.edges[i]
+				return f.sub.object(b, v)
+			})
+		},
+		"pageInfo": func(b []byte, f *fieldPlan, v *fastValue) []byte { return f.sub.object(b, v) },
+		"totalCount": func(b []byte, _ *fieldPlan, v *fastValue) []byte {
+			return strconv.AppendInt(b, int64(v.page.TotalCount), 10)
+		},
+		"staleClusters": func(b []byte, _ *fieldPlan, v *fastValue) []byte {
+			return appendList(b, len(v.page.StaleClusters), func(b []byte, i int) []byte { return appendGQLString(b, v.page.StaleClusters[i]) })
+		},
+		"changesCursor": func(b []byte, _ *fieldPlan, v *fastValue) []byte { return appendGQLString(b, v.page.changes) },
+	},
+	"PageInfo": {
+		"hasNextPage":     func(b []byte, _ *fieldPlan, v *fastValue) []byte { return strconv.AppendBool(b, v.page.hasNextPage()) },
+		"hasPreviousPage": func(b []byte, _ *fieldPlan, v *fastValue) []byte { return strconv.AppendBool(b, v.page.hasAfter) },
+		"startCursor": func(b []byte, _ *fieldPlan, v *fastValue) []byte {
+			if len(v.edges) == 0 {
+				return append(b, "null"...)
+			}
+			return appendGQLString(b, v.edges[0].Cursor)
+		},
+		"endCursor": func(b []byte, _ *fieldPlan, v *fastValue) []byte {
+			if len(v.edges) == 0 {
+				return append(b, "null"...)
+			}
+			return appendGQLString(b, v.edges[len(v.edges)-1].Cursor)
+		},
+	},
+	"ObjectEdge": {
+		"cursor": func(b []byte, _ *fieldPlan, v *fastValue) []byte { return appendGQLString(b, v.edge.Cursor) },
+		"node":   func(b []byte, f *fieldPlan, v *fastValue) []byte { return f.sub.object(b, v) },
+	},
+	// An Object is written from its index row as toObject and the
+	// generated marshalers would: empty optional strings and zero times
+	// are null, labels are sorted by key.
+	"Object": {
+		"id": func(b []byte, _ *fieldPlan, v *fastValue) []byte {
+			k := v.edge.Object.Key()
+			b = append(b, '"')
+			for i, part := range [...]string{k.Cluster, k.Group, k.Kind, k.Namespace, k.Name} {
+				if i > 0 {
+					b = append(b, '/')
+				}
+				b = appendEscaped(b, part)
+			}
+			return append(b, '"')
+		},
+		"cluster":   func(b []byte, _ *fieldPlan, v *fastValue) []byte { return appendGQLString(b, v.edge.Object.Cluster) },
+		"namespace": func(b []byte, _ *fieldPlan, v *fastValue) []byte { return appendNonEmpty(b, v.edge.Object.Namespace) },
+		"group":     func(b []byte, _ *fieldPlan, v *fastValue) []byte { return appendGQLString(b, v.edge.Object.Group) },
+		"version":   func(b []byte, _ *fieldPlan, v *fastValue) []byte { return appendGQLString(b, v.edge.Object.Version) },
+		"kind":      func(b []byte, _ *fieldPlan, v *fastValue) []byte { return appendGQLString(b, v.edge.Object.Kind) },
+		"resource":  func(b []byte, _ *fieldPlan, v *fastValue) []byte { return appendGQLString(b, v.edge.Object.Resource) },
+		"name":      func(b []byte, _ *fieldPlan, v *fastValue) []byte { return appendGQLString(b, v.edge.Object.Name) },
+		"uid":       func(b []byte, _ *fieldPlan, v *fastValue) []byte { return appendGQLString(b, v.edge.Object.UID) },
+		"status": func(b []byte, _ *fieldPlan, v *fastValue) []byte {
+			return strconv.AppendQuote(b, string(v.edge.Object.Status)) // as the generated enum marshaler
+		},
+		"message": func(b []byte, _ *fieldPlan, v *fastValue) []byte { return appendNonEmpty(b, v.edge.Object.Message) },
+		"labels": func(b []byte, f *fieldPlan, v *fastValue) []byte {
+			labels := v.edge.Object.Labels
+			keys := v.scratch[:0]
+			for k := range labels {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			v.scratch = keys
+			return appendList(b, len(keys), func(b []byte, i int) []byte {
+				v.label = [2]string{keys[i], labels[keys[i]]}
+				return f.sub.object(b, v)
+			})
+		},
+		"ownerReferences": func(b []byte, f *fieldPlan, v *fastValue) []byte {
+			refs := v.edge.Object.OwnerRefs
+			return appendList(b, len(refs), func(b []byte, i int) []byte {
+				v.owner = &refs[i]
+				return f.sub.object(b, v)
+			})
+		},
+		"createdAt": func(b []byte, _ *fieldPlan, v *fastValue) []byte { return appendTime(b, v.edge.Object.CreatedAt) },
+		"updatedAt": func(b []byte, _ *fieldPlan, v *fastValue) []byte { return appendTime(b, v.edge.Object.UpdatedAt) },
+		"resourceVersion": func(b []byte, _ *fieldPlan, v *fastValue) []byte {
+			return appendNonEmpty(b, v.edge.Object.ResourceVersion)
+		},
+		"summary": func(b []byte, _ *fieldPlan, v *fastValue) []byte {
+			if len(v.edge.Object.Summary) == 0 {
+				return append(b, "null"...)
+			}
+			return append(b, v.edge.Object.Summary...)
+		},
+		"stale": func(b []byte, _ *fieldPlan, v *fastValue) []byte { return strconv.AppendBool(b, v.edge.Stale) },
+	},
+	"Label": {
+		"key":   func(b []byte, _ *fieldPlan, v *fastValue) []byte { return appendGQLString(b, v.label[0]) },
+		"value": func(b []byte, _ *fieldPlan, v *fastValue) []byte { return appendGQLString(b, v.label[1]) },
+	},
+	"OwnerReference": {
+		"kind": func(b []byte, _ *fieldPlan, v *fastValue) []byte { return appendGQLString(b, v.owner.Kind) },
+		"name": func(b []byte, _ *fieldPlan, v *fastValue) []byte { return appendGQLString(b, v.owner.Name) },
+	},
 }
 
 // selPlan is a selection set of one type, collected once per request: the
@@ -200,25 +303,29 @@ type selPlan struct {
 }
 
 type fieldPlan struct {
-	key  []byte
-	name string
-	sub  *selPlan // for object and list-of-object fields
+	key   []byte
+	write fieldWriter // nil for __typename
+	sub   *selPlan    // for object and list-of-object fields
 }
 
-// plan collects sel for a type; sub says which fields have selections of
-// their own and of which type. ok is false when a field is not one the
-// fast path writes.
-func plan(op *graphql.OperationContext, sel ast.SelectionSet, types []string, sub func(name string) []string) (p *selPlan, ok bool) {
-	p = &selPlan{typeName: types[0]}
-	known := fastFields(types[0])
-	for _, c := range graphql.CollectFields(op, sel, types) {
-		if c.Name != "__typename" && !slices.Contains(known, c.Name) {
-			return nil, false
-		}
-		fp := fieldPlan{name: c.Name, key: append(appendGQLString(nil, c.Alias), ':')}
-		if sub != nil {
-			if t := sub(c.Name); t != nil {
-				if fp.sub, ok = plan(op, c.Selections, t, subTypes(t[0])); !ok {
+// plan collects sel for the named type, with the fragment type conditions
+// the schema gives it. ok is false when a field has no writer.
+func (f *fastPath) plan(op *graphql.OperationContext, sel ast.SelectionSet, typeName string) (p *selPlan, ok bool) {
+	def, writers := f.schema.Types[typeName], fastWriters[typeName]
+	if def == nil || def.Kind != ast.Object || writers == nil {
+		return nil, false
+	}
+	// Fresh each time: gqlgen's field collection keeps the slice.
+	satisfies := append([]string{def.Name}, def.Interfaces...)
+	p = &selPlan{typeName: typeName}
+	for _, c := range graphql.CollectFields(op, sel, satisfies) {
+		fp := fieldPlan{key: append(appendGQLString(nil, c.Alias), ':')}
+		if c.Name != "__typename" {
+			if fp.write = writers[c.Name]; fp.write == nil || c.Definition == nil {
+				return nil, false
+			}
+			if t := f.schema.Types[c.Definition.Type.Name()]; t != nil && t.Kind == ast.Object {
+				if fp.sub, ok = f.plan(op, c.Selections, t.Name); !ok {
 					return nil, false
 				}
 			}
@@ -228,69 +335,19 @@ func plan(op *graphql.OperationContext, sel ast.SelectionSet, types []string, su
 	return p, true
 }
 
-// subTypes returns, for a type, the types of its object-valued fields.
-func subTypes(typeName string) func(string) []string {
-	switch typeName {
-	case "ObjectConnection":
-		return func(f string) []string {
-			switch f {
-			case "edges":
-				return edgeTypes()
-			case "pageInfo":
-				return pageInfoTypes()
-			}
-			return nil
-		}
-	case "ObjectEdge":
-		return func(f string) []string {
-			if f == "node" {
-				return objectTypes()
-			}
-			return nil
-		}
-	case "Object":
-		return func(f string) []string {
-			switch f {
-			case "labels":
-				return labelTypes()
-			case "ownerReferences":
-				return ownerTypes()
-			}
-			return nil
-		}
-	}
-	return nil
-}
-
-// writeConnection writes the selection of an ObjectConnection.
-func (s *service) writeConnection(w io.Writer, pl *selPlan, p *objectsPage) {
-	edges := p.edges()
-	buf := s.buffers.Get().(*[]byte)
-	defer s.buffers.Put(buf)
-	b := (*buf)[:0]
-	defer func() { *buf = b[:0] }()
-	var scratch []string // label keys, reused across objects
-	b = pl.object(b, func(b []byte, f *fieldPlan) []byte {
-		switch f.name {
-		case "edges":
-			return appendList(b, len(edges), func(b []byte, i int) []byte { return f.sub.edge(b, &edges[i], &scratch) })
-		case "pageInfo":
-			return f.sub.pageInfo(b, p, edges)
-		case "totalCount":
-			return strconv.AppendInt(b, int64(p.TotalCount), 10)
-		case "staleClusters":
-			return appendList(b, len(p.StaleClusters), func(b []byte, i int) []byte { return appendGQLString(b, p.StaleClusters[i]) })
-		case "changesCursor":
-			return appendGQLString(b, p.changes)
-		}
-		return append(b, "null"...)
-	})
+// write writes the selection of an ObjectConnection.
+func (f *fastPath) write(w io.Writer, pl *selPlan, p *objectsPage) {
+	buf := f.buffers.Get().(*[]byte)
+	defer f.buffers.Put(buf)
+	v := fastValue{page: p, edges: p.edges()}
+	b := pl.object((*buf)[:0], &v)
 	_, _ = w.Write(b)
+	*buf = b[:0]
 }
 
-// object writes {"key":value,...}, with value appended by field, and
-// answers __typename itself.
-func (p *selPlan) object(b []byte, field func(b []byte, f *fieldPlan) []byte) []byte {
+// object writes {"key":value,...} for the value in v, and answers
+// __typename itself.
+func (p *selPlan) object(b []byte, v *fastValue) []byte {
 	b = append(b, '{')
 	for i := range p.fields {
 		f := &p.fields[i]
@@ -298,128 +355,13 @@ func (p *selPlan) object(b []byte, field func(b []byte, f *fieldPlan) []byte) []
 			b = append(b, ',')
 		}
 		b = append(b, f.key...)
-		if f.name == "__typename" {
+		if f.write == nil {
 			b = appendGQLString(b, p.typeName)
 			continue
 		}
-		b = field(b, f)
+		b = f.write(b, f, v)
 	}
 	return append(b, '}')
-}
-
-func (p *selPlan) pageInfo(b []byte, page *objectsPage, edges []index.Edge) []byte {
-	return p.object(b, func(b []byte, f *fieldPlan) []byte {
-		switch f.name {
-		case "hasNextPage":
-			return strconv.AppendBool(b, page.hasNextPage())
-		case "hasPreviousPage":
-			return strconv.AppendBool(b, page.hasAfter)
-		case "startCursor":
-			if len(edges) == 0 {
-				return append(b, "null"...)
-			}
-			return appendGQLString(b, edges[0].Cursor)
-		case "endCursor":
-			if len(edges) == 0 {
-				return append(b, "null"...)
-			}
-			return appendGQLString(b, edges[len(edges)-1].Cursor)
-		}
-		return append(b, "null"...)
-	})
-}
-
-func (p *selPlan) edge(b []byte, e *index.Edge, scratch *[]string) []byte {
-	return p.object(b, func(b []byte, f *fieldPlan) []byte {
-		switch f.name {
-		case "cursor":
-			return appendGQLString(b, e.Cursor)
-		case "node":
-			return f.sub.node(b, e.Object, e.Stale, scratch)
-		}
-		return append(b, "null"...)
-	})
-}
-
-// node writes an Object from its index row, as toObject and the generated
-// marshalers would: empty optional strings and zero times are null, labels
-// are sorted by key.
-func (p *selPlan) node(b []byte, o *index.Object, stale bool, scratch *[]string) []byte {
-	return p.object(b, func(b []byte, f *fieldPlan) []byte {
-		switch f.name {
-		case "id":
-			k := o.Key()
-			b = append(b, '"')
-			for i, part := range [...]string{k.Cluster, k.Group, k.Kind, k.Namespace, k.Name} {
-				if i > 0 {
-					b = append(b, '/')
-				}
-				b = appendEscaped(b, part)
-			}
-			return append(b, '"')
-		case "cluster":
-			return appendGQLString(b, o.Cluster)
-		case "namespace":
-			return appendNonEmpty(b, o.Namespace)
-		case "group":
-			return appendGQLString(b, o.Group)
-		case "version":
-			return appendGQLString(b, o.Version)
-		case "kind":
-			return appendGQLString(b, o.Kind)
-		case "resource":
-			return appendGQLString(b, o.Resource)
-		case "name":
-			return appendGQLString(b, o.Name)
-		case "uid":
-			return appendGQLString(b, o.UID)
-		case "status":
-			return strconv.AppendQuote(b, string(o.Status)) // as the generated enum marshaler
-		case "message":
-			return appendNonEmpty(b, o.Message)
-		case "labels":
-			keys := (*scratch)[:0]
-			for k := range o.Labels {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			*scratch = keys
-			return appendList(b, len(keys), func(b []byte, i int) []byte {
-				return f.sub.pair(b, "key", keys[i], "value", o.Labels[keys[i]])
-			})
-		case "ownerReferences":
-			return appendList(b, len(o.OwnerRefs), func(b []byte, i int) []byte {
-				return f.sub.pair(b, "kind", o.OwnerRefs[i].Kind, "name", o.OwnerRefs[i].Name)
-			})
-		case "createdAt":
-			return appendTime(b, o.CreatedAt)
-		case "updatedAt":
-			return appendTime(b, o.UpdatedAt)
-		case "resourceVersion":
-			return appendNonEmpty(b, o.ResourceVersion)
-		case "summary":
-			if len(o.Summary) == 0 {
-				return append(b, "null"...)
-			}
-			return append(b, o.Summary...)
-		case "stale":
-			return strconv.AppendBool(b, stale)
-		}
-		return append(b, "null"...)
-	})
-}
-
-// pair writes a Label or OwnerReference: two string fields.
-func (p *selPlan) pair(b []byte, n1, v1, n2, v2 string) []byte {
-	return p.object(b, func(b []byte, f *fieldPlan) []byte {
-		switch f.name {
-		case n1:
-			return appendGQLString(b, v1)
-		case n2:
-			return appendGQLString(b, v2)
-		}
-		return append(b, "null"...)
-	})
 }
 
 // appendGQLString quotes s exactly as gqlgen's String marshaler does:

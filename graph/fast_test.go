@@ -6,12 +6,14 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/ast"
 
 	"github.com/fleetgraph/fleetgraph/graph/generated"
-
+	"github.com/fleetgraph/fleetgraph/graph/model"
 	"github.com/fleetgraph/fleetgraph/index"
 )
 
@@ -49,6 +51,8 @@ func TestObjectsFastPathMatchesGeneratedCode(t *testing.T) {
 			false,
 		},
 		{"literal filter", `{ objects(filter: {clusters: ["east"], namespaces: ["team-a"]}, first: 0) { totalCount pageInfo { hasNextPage } } }`, nil, false},
+		{"input defaults", `{ objects(orderBy: {field: KIND}, first: 7) { edges { node { kind name } } } }`, nil, false},
+		{"input defaults in variables", `query($o: ObjectOrder) { objects(orderBy: $o, first: 7) { edges { node { kind name } } } }`, map[string]any{"o": map[string]any{"direction": "DESC"}}, false},
 		{"error", `{ objects(first: 5000) { totalCount } }`, nil, true},
 		{"bad cursor", `{ objects(after: "nope") { totalCount } }`, nil, true},
 		{"other root fields", `{ viewer { username } objects(first: 1) { totalCount } facets { total } }`, nil, false},
@@ -56,12 +60,12 @@ func TestObjectsFastPathMatchesGeneratedCode(t *testing.T) {
 	for _, tc := range queries {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, user := range []string{"admin", "alice"} {
-				f.h.svc.noFastPath = true
+				f.h.fast.off = true
 				slowStatus, slow := f.rawPost(user, tc.query, tc.vars)
-				f.h.svc.noFastPath = false
-				served := f.h.svc.fastServed.Load()
+				f.h.fast.off = false
+				served := f.h.fast.served.Load()
 				fastStatus, fast := f.rawPost(user, tc.query, tc.vars)
-				if used := f.h.svc.fastServed.Load() > served; used == tc.fails {
+				if used := f.h.fast.served.Load() > served; used == tc.fails {
 					t.Errorf("%s: fast path used: %v", user, used)
 				}
 				if slowStatus != fastStatus || !bytes.Equal(slow, fast) {
@@ -95,23 +99,116 @@ func TestAppendEscapedMatchesGqlgen(t *testing.T) {
 	}
 }
 
-// TestFastFieldsCoverTheSchema fails when a type under Query.objects gains
-// a field that the fast path does not write (it would fall back to the
-// generated path for queries selecting it, correct but slow).
-func TestFastFieldsCoverTheSchema(t *testing.T) {
+// TestFastWritersCoverTheSchema fails when a type under Query.objects (any
+// object type reachable from its result) gains a field that the fast path
+// has no writer for: queries selecting it would fall back to the generated
+// path, correct but slow.
+func TestFastWritersCoverTheSchema(t *testing.T) {
 	schema := generated.NewExecutableSchema(generated.Config{}).Schema()
-	for _, typ := range []string{"ObjectConnection", "PageInfo", "ObjectEdge", "Object", "Label", "OwnerReference"} {
+	seen := map[string]bool{}
+	var walk func(typ string)
+	walk = func(typ string) {
+		def := schema.Types[typ]
+		if def == nil || def.Kind != ast.Object || seen[typ] {
+			return
+		}
+		seen[typ] = true
 		var fields []string
-		for _, f := range schema.Types[typ].Fields {
+		for _, f := range def.Fields {
 			if !strings.HasPrefix(f.Name, "__") {
 				fields = append(fields, f.Name)
+				walk(f.Type.Name())
 			}
 		}
-		got := fastFields(typ)
+		var got []string
+		for name := range fastWriters[typ] {
+			got = append(got, name)
+		}
 		slices.Sort(fields)
 		slices.Sort(got)
 		if !slices.Equal(got, fields) {
 			t.Errorf("%s: the fast path writes %v, the schema has %v", typ, got, fields)
 		}
+	}
+	walk(schema.Query.Fields.ForName("objects").Type.Name())
+	if len(seen) < 6 {
+		t.Errorf("walked %d types under Query.objects, want at least the 6 of today", len(seen))
+	}
+	for typ := range fastWriters {
+		if !seen[typ] {
+			t.Errorf("fastWriters has %s, which is not under Query.objects", typ)
+		}
+	}
+}
+
+// TestFastArgsStepAsideForUnknownInput: an argument or input field the
+// generated models do not know sends the query down the generated path.
+func TestFastArgsStepAsideForUnknownInput(t *testing.T) {
+	f := newFixture(t)
+	def := f.h.fast.schema.Query.Fields.ForName("objects")
+	for name, m := range map[string]map[string]any{
+		"unknown argument":    {"first": int64(3), "last": int64(3)},
+		"unknown input field": {"filter": map[string]any{"clusters": []any{"east"}, "owner": "x"}},
+		"unknown enum value":  {"orderBy": map[string]any{"field": "COLOR"}},
+	} {
+		if _, ok := f.h.fast.objectsArgs(def, m); ok {
+			t.Errorf("%s: converted, want the generated path", name)
+		}
+	}
+	a, ok := f.h.fast.objectsArgs(def, map[string]any{"orderBy": map[string]any{"field": "KIND"}, "first": int64(3)})
+	if !ok || a.OrderBy == nil || a.OrderBy.Direction != model.OrderDirectionAsc || *a.First != 3 {
+		t.Errorf("orderBy without direction: %+v %v, want the schema's default direction ASC", a.OrderBy, ok)
+	}
+}
+
+// fieldCounter is a field middleware, as a tracing extension is: it counts
+// the fields it sees by Type.field.
+type fieldCounter struct {
+	mu   sync.Mutex
+	seen map[string]int
+}
+
+func (*fieldCounter) ExtensionName() string                   { return "fieldCounter" }
+func (*fieldCounter) Validate(graphql.ExecutableSchema) error { return nil }
+func (c *fieldCounter) InterceptField(ctx context.Context, next graphql.Resolver) (any, error) {
+	fc := graphql.GetFieldContext(ctx)
+	c.mu.Lock()
+	c.seen[fc.Object+"."+fc.Field.Name]++
+	c.mu.Unlock()
+	return next(ctx)
+}
+
+// TestObjectsFastPathStepsAsideForFieldMiddleware: with an extension that
+// intercepts fields installed, Query.objects is served by the generated
+// code, so the extension sees every field, and the answer is the same.
+func TestObjectsFastPathStepsAsideForFieldMiddleware(t *testing.T) {
+	counter := &fieldCounter{seen: map[string]int{}}
+	traced := newFixture(t, func(o *Options) { o.Extensions = []graphql.HandlerExtension{counter} })
+	plain := newFixture(t)
+	if traced.h.fast != nil || plain.h.fast == nil {
+		t.Fatalf("fast path installed: with field middleware %v, without %v", traced.h.fast != nil, plain.h.fast != nil)
+	}
+	const q = `{ objects(first: 20) { totalCount edges { node { name labels { key } } } } }`
+	_, want := plain.rawPost("alice", q, nil)
+	_, got := traced.rawPost("alice", q, nil)
+	if !bytes.Equal(got, want) {
+		t.Errorf("with field middleware:\n%s\nwithout:\n%s", got, want)
+	}
+	var r struct {
+		Objects struct {
+			Edges []struct{ Node struct{ Labels []any } }
+		}
+	}
+	traced.query("alice", q, nil, &r)
+	labels := 0
+	for _, e := range r.Objects.Edges {
+		labels += len(e.Node.Labels)
+	}
+	n := len(r.Objects.Edges)
+	counter.mu.Lock()
+	defer counter.mu.Unlock()
+	// Two queries ran through the traced handler.
+	if counter.seen["Object.name"] != 2*n || counter.seen["Label.key"] != 2*labels || n == 0 || labels == 0 {
+		t.Errorf("field middleware saw %v; want Object.name %d times and Label.key %d times", counter.seen, 2*n, 2*labels)
 	}
 }

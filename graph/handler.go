@@ -38,6 +38,7 @@ type Handler struct {
 	opts    Options
 	svc     *service
 	hub     *hub
+	fast    *fastPath // nil when an extension intercepts fields
 	metrics *metrics
 	log     *slog.Logger
 	mux     *http.ServeMux
@@ -71,7 +72,6 @@ func NewHandler(opts Options) (*Handler, error) {
 		subBuffer: opts.SubscriptionBuffer, epoch: binary.LittleEndian.Uint64(seed[:]), now: time.Now,
 	}
 
-	h.svc.buffers.New = func() any { b := make([]byte, 0, 64<<10); return &b }
 	es := generated.NewExecutableSchema(generated.Config{Resolvers: &Resolver{svc: h.svc}, Complexity: complexityRoot()})
 	srv := handler.New(es)
 	srv.AddTransport(h.wsTransport())
@@ -80,16 +80,32 @@ func NewHandler(opts Options) (*Handler, error) {
 	srv.SetParserTokenLimit(opts.Limits.MaxTokens)
 	srv.SetErrorPresenter(presentError(opts.Logger))
 	srv.SetRecoverFunc(recoverPanic(opts.Logger))
+	// Extensions are installed from one list, Options.Extensions last,
+	// because the objects fast path runs no field middleware: it is
+	// installed only when none of them intercepts fields. Add field
+	// middleware to this list, never with srv.AroundFields.
+	var exts []graphql.HandlerExtension
 	if !opts.DisableIntrospection {
-		srv.Use(extension.Introspection{})
+		exts = append(exts, extension.Introspection{})
 	}
-	srv.Use(&operationLimits{maxDepth: opts.Limits.MaxDepth, maxAliases: opts.Limits.MaxAliases, maxComplexity: opts.Limits.MaxComplexity})
-	srv.Use(operationMetrics{m: m})
-	srv.Use(subscriptionEnd{})
-	srv.AroundRootFields(h.svc.fastObjects())
+	exts = append(exts,
+		&operationLimits{maxDepth: opts.Limits.MaxDepth, maxAliases: opts.Limits.MaxAliases, maxComplexity: opts.Limits.MaxComplexity},
+		operationMetrics{m: m},
+		subscriptionEnd{},
+	)
+	exts = append(exts, opts.Extensions...)
+	for _, e := range exts {
+		srv.Use(e)
+	}
 	srv.AroundOperations(func(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
 		return next(withOperation(ctx))
 	})
+	if name, ok := interceptsFields(exts); ok {
+		opts.Logger.Info("graph: the objects fast path is off: an extension intercepts fields", "extension", name)
+	} else {
+		h.fast = newFastPath(h.svc, es.Schema())
+		srv.AroundRootFields(h.fast.middleware())
+	}
 
 	mux := http.NewServeMux()
 	mux.Handle("/graphql", h.endpoint(srv))

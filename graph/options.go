@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/99designs/gqlgen/graphql"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
 
@@ -49,6 +50,12 @@ type Options struct {
 	// object and every cluster, including clusters whose RBAC has not been
 	// collected yet. Everyone else sees what each cluster's RBAC grants.
 	AdminGroups []string
+
+	// Extensions are gqlgen handler extensions (tracing, for example)
+	// installed after the built-in ones. One that intercepts fields
+	// (graphql.FieldInterceptor) turns the Query.objects fast path off,
+	// so that it sees every field; queries of objects then cost more.
+	Extensions []graphql.HandlerExtension
 
 	// Registry receives the package's Prometheus metrics and is what
 	// /metrics serves. Nil means a private registry. Registering twice on

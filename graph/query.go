@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/fleetgraph/fleetgraph/authz"
@@ -28,9 +26,6 @@ type service struct {
 	log         *slog.Logger
 	subBuffer   int
 	epoch       uint64 // random per handler; part of change cursors
-	noFastPath  bool   // tests: serve objects through gqlgen's generated code
-	fastServed  atomic.Int64
-	buffers     sync.Pool // *[]byte for the objects fast path
 	now         func() time.Time
 }
 
