@@ -1,6 +1,7 @@
 # fleetgraph make targets. `make test` and `make demo` set up everything a
-# fresh machine needs; nothing here downloads anything but Go modules and the
-# npm packages pinned in graph/conformance/package-lock.json (npm ci).
+# fresh machine needs; nothing here downloads anything but Go modules, the
+# npm packages pinned in graph/conformance/package-lock.json and
+# ui/package-lock.json (npm ci), and Debian's chromium for the browser test.
 
 SHELL := /bin/bash
 GO ?= go
@@ -22,6 +23,10 @@ TESTENV_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 # lock file; the conformance tests need them.
 CONFORMANCE_DEPS := graph/conformance/node_modules/.package-lock.json
 
+# The dashboard's Node packages (Svelte, Vite, Vitest, GraphiQL, Playwright's
+# driver and axe-core), from its lock file.
+UI_DEPS := ui/node_modules/.package-lock.json
+
 TESTENV_SRC := $(shell find testenv -name '*.go' -not -path '*/rbacdiff/*') testenv/go.mod testenv/go.sum Makefile
 
 .PHONY: all build test test-root test-testenv test-fleetbench lint demo testenv crds \
@@ -42,7 +47,7 @@ $(TESTENV): $(TESTENV_SRC)
 	@touch $(TESTENV)
 
 ## test: every test of every module, with the race detector
-test: testenv test-root test-testenv test-fleetbench
+test: testenv test-ui test-root test-testenv test-fleetbench
 
 test-root: $(CONFORMANCE_DEPS)
 	FLEETGRAPH_CONFORMANCE=1 $(GO) test -race -timeout 30m ./...
@@ -54,6 +59,24 @@ test-testenv:
 # plotting library of the comparison stay out of the root go.mod.
 test-fleetbench:
 	cd cmd/fleetbench && $(GO) vet ./... && $(GO) test -race ./...
+
+.PHONY: ui test-ui
+
+## ui: rebuild the dashboard (ui/dist, committed and embedded) from its sources
+ui: $(UI_DEPS)
+	cd ui && npm run build --silent
+
+## test-ui: the dashboard's unit tests, and a check that the committed ui/dist
+## is exactly the build of the sources (the build is deterministic)
+test-ui: $(UI_DEPS)
+	cd ui && npx vitest run && npx svelte-check --tsconfig ./tsconfig.json --threshold error
+	rm -rf $(BIN)/ui-dist
+	cd ui && npm run build --silent -- --outDir $(BIN)/ui-dist --emptyOutDir --logLevel warn
+	@diff -r ui/dist $(BIN)/ui-dist >/dev/null || { diff -r ui/dist $(BIN)/ui-dist | head -20; \
+		echo "ui/dist is not the build of ui/src: run 'make ui' and commit ui/dist"; exit 1; }
+
+$(UI_DEPS): ui/package-lock.json
+	npm ci --prefix ui --no-audit --no-fund
 
 ## lint: golangci-lint v2 with the config in .golangci.yml
 lint: $(GOLANGCI_LINT)

@@ -171,9 +171,9 @@ func New(cfg Config) (*Server, error) {
 	}, nil
 }
 
-// Handler serves the API: /graphql (POST and websocket), GraphiQL at /,
-// /healthz, /readyz (ready once every source has listed once and every
-// cluster has synced or reported an error) and
+// Handler serves the API: /graphql (POST and websocket), the dashboard at /,
+// GraphiQL at /graphiql, /healthz, /readyz (ready once every source has
+// listed once and every cluster has synced or reported an error) and
 // /metrics, and /edge for edge agents when EdgeTokens is set.
 func (s *Server) Handler() http.Handler { return s.root }
 

@@ -8,7 +8,7 @@
 //	POST /graphql   GraphQL over HTTP with JSON (Authorization: Bearer)
 //	GET  /graphql   websocket: graphql-transport-ws, or legacy graphql-ws,
 //	                with the token in the connection_init payload
-//	GET  /          GraphiQL
+//	GET  /          the dashboard (package ui), GraphiQL at /graphiql
 //	GET  /healthz, /readyz, /metrics
 //
 // Resolvers are thin: they authenticate the viewer (authz authenticators),

@@ -14,11 +14,11 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
-	"github.com/99designs/gqlgen/graphql/playground"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/vektah/gqlparser/v2/ast"
 
 	"github.com/fleetgraph/fleetgraph/graph/generated"
+	"github.com/fleetgraph/fleetgraph/ui"
 )
 
 // Handler serves fleetgraph's GraphQL API and its companion endpoints:
@@ -26,7 +26,9 @@ import (
 //	POST /graphql      GraphQL over HTTP (JSON), Authorization: Bearer <token>
 //	GET  /graphql      websocket upgrade: graphql-transport-ws or graphql-ws,
 //	                   token in the connection_init payload
-//	GET  /             GraphiQL (unless Options.DisableGraphiQL)
+//	GET  /             the dashboard (also /objects and /object; unless Options.DisableDashboard)
+//	GET  /graphiql     GraphiQL (unless Options.DisableGraphiQL)
+//	GET  /assets/...   the pages' embedded scripts and styles
 //	GET  /healthz      liveness: the process serves HTTP
 //	GET  /readyz       readiness: Options.Ready
 //	GET  /metrics      Prometheus metrics of Options.Registry
@@ -115,8 +117,23 @@ func NewHandler(opts Options) (*Handler, error) {
 	})
 	mux.HandleFunc("GET /readyz", h.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{Registry: opts.Registry}))
-	if !opts.DisableGraphiQL {
-		mux.Handle("GET /{$}", playground.Handler("fleetgraph", "/graphql"))
+	if !opts.DisableDashboard || !opts.DisableGraphiQL {
+		pages, err := ui.NewHandler()
+		if err != nil {
+			return nil, err
+		}
+		mux.Handle("GET /assets/", pages)
+		if !opts.DisableGraphiQL {
+			mux.Handle("GET "+ui.GraphiQLPath, pages)
+		}
+		if !opts.DisableDashboard {
+			for _, p := range ui.Pages {
+				if p == "/" {
+					p = "/{$}"
+				}
+				mux.Handle("GET "+p, pages)
+			}
+		}
 	}
 	h.mux = mux
 	return h, nil

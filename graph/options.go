@@ -71,8 +71,10 @@ type Options struct {
 	// production deployments that do not want the schema discoverable.
 	// Introspection is on by default, which GraphiQL needs.
 	DisableIntrospection bool
-	// DisableGraphiQL stops serving the GraphiQL page at "/".
+	// DisableGraphiQL stops serving the GraphiQL page at "/graphiql".
 	DisableGraphiQL bool
+	// DisableDashboard stops serving the dashboard at "/".
+	DisableDashboard bool
 
 	// Limits bound what one request may cost.
 	Limits Limits

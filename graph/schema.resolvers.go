@@ -52,6 +52,11 @@ func (r *queryResolver) Viewer(ctx context.Context) (*model.Viewer, error) {
 	return r.svc.viewer(ctx)
 }
 
+// WhyVisible is the resolver for the whyVisible field.
+func (r *queryResolver) WhyVisible(ctx context.Context, cluster string, kind string, namespace *string, name string) (*model.VisibilityExplanation, error) {
+	return r.svc.whyVisible(ctx, cluster, kind, namespace, name)
+}
+
 // ClusterConnection is the resolver for the clusterConnection field.
 func (r *subscriptionResolver) ClusterConnection(ctx context.Context, clusters []string) (<-chan *model.ClusterConnectionEvent, error) {
 	return r.svc.clusterConnection(ctx, clusters)

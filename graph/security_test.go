@@ -156,8 +156,11 @@ func TestEndpoints(t *testing.T) {
 	if code, _ := get("/readyz"); code != 200 {
 		t.Errorf("/readyz when ready: %d", code)
 	}
-	if code, body := get("/"); code != 200 || !strings.Contains(body, "graphiql") {
-		t.Errorf("/ %d, no GraphiQL page", code)
+	if code, body := get("/"); code != 200 || !strings.Contains(body, `<div id="app">`) {
+		t.Errorf("/ %d, no dashboard", code)
+	}
+	if code, body := get("/graphiql"); code != 200 || !strings.Contains(body, `<div id="graphiql">`) {
+		t.Errorf("/graphiql %d, no GraphiQL page", code)
 	}
 	if code, _ := get("/nothing-here"); code != 404 {
 		t.Errorf("/nothing-here %d", code)

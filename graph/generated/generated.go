@@ -171,13 +171,38 @@ type ComplexityRoot struct {
 	}
 
 	Query struct {
-		Cluster  func(childComplexity int, name string) int
-		Clusters func(childComplexity int) int
-		Facets   func(childComplexity int, filter *model.ObjectFilter) int
-		Fleet    func(childComplexity int) int
-		Object   func(childComplexity int, cluster string, kind string, namespace *string, name string) int
-		Objects  func(childComplexity int, filter *model.ObjectFilter, orderBy *model.ObjectOrder, first *int, after *string) int
-		Viewer   func(childComplexity int) int
+		Cluster    func(childComplexity int, name string) int
+		Clusters   func(childComplexity int) int
+		Facets     func(childComplexity int, filter *model.ObjectFilter) int
+		Fleet      func(childComplexity int) int
+		Object     func(childComplexity int, cluster string, kind string, namespace *string, name string) int
+		Objects    func(childComplexity int, filter *model.ObjectFilter, orderBy *model.ObjectOrder, first *int, after *string) int
+		Viewer     func(childComplexity int) int
+		WhyVisible func(childComplexity int, cluster string, kind string, namespace *string, name string) int
+	}
+
+	RBACBinding struct {
+		Kind      func(childComplexity int) int
+		Name      func(childComplexity int) int
+		Namespace func(childComplexity int) int
+	}
+
+	RBACRoleRef struct {
+		Kind func(childComplexity int) int
+		Name func(childComplexity int) int
+	}
+
+	RBACRule struct {
+		APIGroups     func(childComplexity int) int
+		ResourceNames func(childComplexity int) int
+		Resources     func(childComplexity int) int
+		Verbs         func(childComplexity int) int
+	}
+
+	RBACSubject struct {
+		Kind      func(childComplexity int) int
+		Name      func(childComplexity int) int
+		Namespace func(childComplexity int) int
 	}
 
 	Subscription struct {
@@ -189,6 +214,28 @@ type ComplexityRoot struct {
 	Viewer struct {
 		Groups   func(childComplexity int) int
 		Username func(childComplexity int) int
+	}
+
+	VisibilityExplanation struct {
+		Cluster         func(childComplexity int) int
+		FleetAdminGroup func(childComplexity int) int
+		Grants          func(childComplexity int) int
+		Kind            func(childComplexity int) int
+		Name            func(childComplexity int) int
+		Namespace       func(childComplexity int) int
+		Problems        func(childComplexity int) int
+		Summary         func(childComplexity int) int
+		Visible         func(childComplexity int) int
+	}
+
+	VisibilityGrant struct {
+		Binding     func(childComplexity int) int
+		Description func(childComplexity int) int
+		Role        func(childComplexity int) int
+		Rule        func(childComplexity int) int
+		Scope       func(childComplexity int) int
+		Subject     func(childComplexity int) int
+		Verb        func(childComplexity int) int
 	}
 }
 
@@ -207,6 +254,7 @@ type QueryResolver interface {
 	Cluster(ctx context.Context, name string) (*model.Cluster, error)
 	Fleet(ctx context.Context) (*model.FleetStatus, error)
 	Viewer(ctx context.Context) (*model.Viewer, error)
+	WhyVisible(ctx context.Context, cluster string, kind string, namespace *string, name string) (*model.VisibilityExplanation, error)
 }
 type SubscriptionResolver interface {
 	ClusterConnection(ctx context.Context, clusters []string) (<-chan *model.ClusterConnectionEvent, error)
@@ -815,6 +863,93 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Viewer(childComplexity), true
+	case "Query.whyVisible":
+		if e.ComplexityRoot.Query.WhyVisible == nil {
+			break
+		}
+
+		args, err := ec.field_Query_whyVisible_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.WhyVisible(childComplexity, args["cluster"].(string), args["kind"].(string), args["namespace"].(*string), args["name"].(string)), true
+
+	case "RBACBinding.kind":
+		if e.ComplexityRoot.RBACBinding.Kind == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RBACBinding.Kind(childComplexity), true
+	case "RBACBinding.name":
+		if e.ComplexityRoot.RBACBinding.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RBACBinding.Name(childComplexity), true
+	case "RBACBinding.namespace":
+		if e.ComplexityRoot.RBACBinding.Namespace == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RBACBinding.Namespace(childComplexity), true
+
+	case "RBACRoleRef.kind":
+		if e.ComplexityRoot.RBACRoleRef.Kind == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RBACRoleRef.Kind(childComplexity), true
+	case "RBACRoleRef.name":
+		if e.ComplexityRoot.RBACRoleRef.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RBACRoleRef.Name(childComplexity), true
+
+	case "RBACRule.apiGroups":
+		if e.ComplexityRoot.RBACRule.APIGroups == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RBACRule.APIGroups(childComplexity), true
+	case "RBACRule.resourceNames":
+		if e.ComplexityRoot.RBACRule.ResourceNames == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RBACRule.ResourceNames(childComplexity), true
+	case "RBACRule.resources":
+		if e.ComplexityRoot.RBACRule.Resources == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RBACRule.Resources(childComplexity), true
+	case "RBACRule.verbs":
+		if e.ComplexityRoot.RBACRule.Verbs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RBACRule.Verbs(childComplexity), true
+
+	case "RBACSubject.kind":
+		if e.ComplexityRoot.RBACSubject.Kind == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RBACSubject.Kind(childComplexity), true
+	case "RBACSubject.name":
+		if e.ComplexityRoot.RBACSubject.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RBACSubject.Name(childComplexity), true
+	case "RBACSubject.namespace":
+		if e.ComplexityRoot.RBACSubject.Namespace == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RBACSubject.Namespace(childComplexity), true
 
 	case "Subscription.clusterConnection":
 		if e.ComplexityRoot.Subscription.ClusterConnection == nil {
@@ -857,6 +992,104 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Viewer.Username(childComplexity), true
+
+	case "VisibilityExplanation.cluster":
+		if e.ComplexityRoot.VisibilityExplanation.Cluster == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VisibilityExplanation.Cluster(childComplexity), true
+	case "VisibilityExplanation.fleetAdminGroup":
+		if e.ComplexityRoot.VisibilityExplanation.FleetAdminGroup == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VisibilityExplanation.FleetAdminGroup(childComplexity), true
+	case "VisibilityExplanation.grants":
+		if e.ComplexityRoot.VisibilityExplanation.Grants == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VisibilityExplanation.Grants(childComplexity), true
+	case "VisibilityExplanation.kind":
+		if e.ComplexityRoot.VisibilityExplanation.Kind == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VisibilityExplanation.Kind(childComplexity), true
+	case "VisibilityExplanation.name":
+		if e.ComplexityRoot.VisibilityExplanation.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VisibilityExplanation.Name(childComplexity), true
+	case "VisibilityExplanation.namespace":
+		if e.ComplexityRoot.VisibilityExplanation.Namespace == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VisibilityExplanation.Namespace(childComplexity), true
+	case "VisibilityExplanation.problems":
+		if e.ComplexityRoot.VisibilityExplanation.Problems == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VisibilityExplanation.Problems(childComplexity), true
+	case "VisibilityExplanation.summary":
+		if e.ComplexityRoot.VisibilityExplanation.Summary == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VisibilityExplanation.Summary(childComplexity), true
+	case "VisibilityExplanation.visible":
+		if e.ComplexityRoot.VisibilityExplanation.Visible == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VisibilityExplanation.Visible(childComplexity), true
+
+	case "VisibilityGrant.binding":
+		if e.ComplexityRoot.VisibilityGrant.Binding == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VisibilityGrant.Binding(childComplexity), true
+	case "VisibilityGrant.description":
+		if e.ComplexityRoot.VisibilityGrant.Description == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VisibilityGrant.Description(childComplexity), true
+	case "VisibilityGrant.role":
+		if e.ComplexityRoot.VisibilityGrant.Role == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VisibilityGrant.Role(childComplexity), true
+	case "VisibilityGrant.rule":
+		if e.ComplexityRoot.VisibilityGrant.Rule == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VisibilityGrant.Rule(childComplexity), true
+	case "VisibilityGrant.scope":
+		if e.ComplexityRoot.VisibilityGrant.Scope == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VisibilityGrant.Scope(childComplexity), true
+	case "VisibilityGrant.subject":
+		if e.ComplexityRoot.VisibilityGrant.Subject == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VisibilityGrant.Subject(childComplexity), true
+	case "VisibilityGrant.verb":
+		if e.ComplexityRoot.VisibilityGrant.Verb == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VisibilityGrant.Verb(childComplexity), true
 
 	}
 	return 0, false
@@ -983,6 +1216,16 @@ type Query {
   fleet: FleetStatus!
   "Who the server thinks the caller is."
   viewer: Viewer!
+  """
+  Why the viewer can see one object: the binding and the role rule of the
+  object's own cluster that let the viewer read it, for each request of the
+  visibility rule that is allowed (get by name, list in the namespace, list
+  in all namespaces). Answered from the RBAC fleetgraph collected, the same
+  that filters every list, so ` + "`" + `visible` + "`" + ` agrees with what objects(...) shows.
+  ` + "`" + `kind` + "`" + ` is as in object(...). A cluster the viewer sees nothing in is
+  answered like one that does not exist.
+  """
+  whyVisible(cluster: String!, kind: String!, namespace: String, name: String!): VisibilityExplanation!
 }
 
 """
@@ -1208,6 +1451,72 @@ type FleetStatus {
   rebuilding: Boolean!
   "For example \"Rebuilding indices... 35/100 clusters\"."
   message: String!
+}
+
+"Why the viewer can, or cannot, see one object."
+type VisibilityExplanation {
+  cluster: String!
+  "As asked, e.g. ` + "`" + `Pod` + "`" + ` or ` + "`" + `Kustomization.kustomize.toolkit.fluxcd.io` + "`" + `."
+  kind: String!
+  namespace: String
+  name: String!
+  visible: Boolean!
+  """
+  The viewer's group that makes them a fleet admin, who sees every object
+  whatever the cluster's RBAC says; null for everyone else.
+  """
+  fleetAdminGroup: String
+  "One sentence for people, e.g. ` + "`" + `You can see it because RoleBinding team-a/alice-view grants ...` + "`" + `."
+  summary: String!
+  "The grants that let the viewer read the object; empty when none does."
+  grants: [VisibilityGrant!]!
+  "The viewer's bindings in the cluster that grant nothing, e.g. a binding to a missing role."
+  problems: [String!]!
+}
+
+"One allowed request and the RBAC grant that allows it."
+type VisibilityGrant {
+  "` + "`" + `get` + "`" + ` or ` + "`" + `list` + "`" + `."
+  verb: String!
+  "What the request covers, e.g. ` + "`" + `pods \"web\" in namespace team-a` + "`" + ` or ` + "`" + `pods in all namespaces` + "`" + `."
+  scope: String!
+  "The Kubernetes authorizer's reason, e.g. ` + "`" + `RoleBinding \"alice-view/team-a\" of ClusterRole \"view\" to User \"alice\"` + "`" + `."
+  description: String!
+  binding: RBACBinding!
+  role: RBACRoleRef!
+  "The subject of the binding that matched the viewer."
+  subject: RBACSubject!
+  "The rule of the role that allows the request."
+  rule: RBACRule!
+}
+
+type RBACBinding {
+  "` + "`" + `RoleBinding` + "`" + ` or ` + "`" + `ClusterRoleBinding` + "`" + `."
+  kind: String!
+  name: String!
+  "Null for a ClusterRoleBinding."
+  namespace: String
+}
+
+type RBACRoleRef {
+  "` + "`" + `Role` + "`" + ` or ` + "`" + `ClusterRole` + "`" + `."
+  kind: String!
+  name: String!
+}
+
+type RBACSubject {
+  "` + "`" + `User` + "`" + `, ` + "`" + `Group` + "`" + ` or ` + "`" + `ServiceAccount` + "`" + `."
+  kind: String!
+  name: String!
+  namespace: String
+}
+
+type RBACRule {
+  verbs: [String!]!
+  "The core group is the empty string."
+  apiGroups: [String!]!
+  resources: [String!]!
+  resourceNames: [String!]!
 }
 
 type Viewer {
@@ -1504,6 +1813,54 @@ func (ec *executionContext) childFields_PageInfo(ctx context.Context, field grap
 	return nil, fmt.Errorf("no field named %q was found under type PageInfo", field.Name)
 }
 
+func (ec *executionContext) childFields_RBACBinding(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "kind":
+		return ec.fieldContext_RBACBinding_kind(ctx, field)
+	case "name":
+		return ec.fieldContext_RBACBinding_name(ctx, field)
+	case "namespace":
+		return ec.fieldContext_RBACBinding_namespace(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type RBACBinding", field.Name)
+}
+
+func (ec *executionContext) childFields_RBACRoleRef(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "kind":
+		return ec.fieldContext_RBACRoleRef_kind(ctx, field)
+	case "name":
+		return ec.fieldContext_RBACRoleRef_name(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type RBACRoleRef", field.Name)
+}
+
+func (ec *executionContext) childFields_RBACRule(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "verbs":
+		return ec.fieldContext_RBACRule_verbs(ctx, field)
+	case "apiGroups":
+		return ec.fieldContext_RBACRule_apiGroups(ctx, field)
+	case "resources":
+		return ec.fieldContext_RBACRule_resources(ctx, field)
+	case "resourceNames":
+		return ec.fieldContext_RBACRule_resourceNames(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type RBACRule", field.Name)
+}
+
+func (ec *executionContext) childFields_RBACSubject(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "kind":
+		return ec.fieldContext_RBACSubject_kind(ctx, field)
+	case "name":
+		return ec.fieldContext_RBACSubject_name(ctx, field)
+	case "namespace":
+		return ec.fieldContext_RBACSubject_namespace(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type RBACSubject", field.Name)
+}
+
 func (ec *executionContext) childFields_Viewer(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "username":
@@ -1512,6 +1869,50 @@ func (ec *executionContext) childFields_Viewer(ctx context.Context, field graphq
 		return ec.fieldContext_Viewer_groups(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Viewer", field.Name)
+}
+
+func (ec *executionContext) childFields_VisibilityExplanation(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cluster":
+		return ec.fieldContext_VisibilityExplanation_cluster(ctx, field)
+	case "kind":
+		return ec.fieldContext_VisibilityExplanation_kind(ctx, field)
+	case "namespace":
+		return ec.fieldContext_VisibilityExplanation_namespace(ctx, field)
+	case "name":
+		return ec.fieldContext_VisibilityExplanation_name(ctx, field)
+	case "visible":
+		return ec.fieldContext_VisibilityExplanation_visible(ctx, field)
+	case "fleetAdminGroup":
+		return ec.fieldContext_VisibilityExplanation_fleetAdminGroup(ctx, field)
+	case "summary":
+		return ec.fieldContext_VisibilityExplanation_summary(ctx, field)
+	case "grants":
+		return ec.fieldContext_VisibilityExplanation_grants(ctx, field)
+	case "problems":
+		return ec.fieldContext_VisibilityExplanation_problems(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type VisibilityExplanation", field.Name)
+}
+
+func (ec *executionContext) childFields_VisibilityGrant(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "verb":
+		return ec.fieldContext_VisibilityGrant_verb(ctx, field)
+	case "scope":
+		return ec.fieldContext_VisibilityGrant_scope(ctx, field)
+	case "description":
+		return ec.fieldContext_VisibilityGrant_description(ctx, field)
+	case "binding":
+		return ec.fieldContext_VisibilityGrant_binding(ctx, field)
+	case "role":
+		return ec.fieldContext_VisibilityGrant_role(ctx, field)
+	case "subject":
+		return ec.fieldContext_VisibilityGrant_subject(ctx, field)
+	case "rule":
+		return ec.fieldContext_VisibilityGrant_rule(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type VisibilityGrant", field.Name)
 }
 
 func (ec *executionContext) childFields___Directive(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1745,6 +2146,44 @@ func (ec *executionContext) field_Query_objects_args(ctx context.Context, rawArg
 		return nil, err
 	}
 	args["after"] = arg3
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_whyVisible_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "cluster",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["cluster"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "kind",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["kind"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "namespace",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["namespace"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "name",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["name"] = arg3
 	return args, nil
 }
 
@@ -4183,6 +4622,50 @@ func (ec *executionContext) fieldContext_Query_viewer(_ context.Context, field g
 	return fc, nil
 }
 
+func (ec *executionContext) _Query_whyVisible(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_whyVisible(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().WhyVisible(ctx, fc.Args["cluster"].(string), fc.Args["kind"].(string), fc.Args["namespace"].(*string), fc.Args["name"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.VisibilityExplanation) graphql.Marshaler {
+			return ec.marshalNVisibilityExplanation2ᚖgithubᚗcomᚋfleetgraphᚋfleetgraphᚋgraphᚋmodelᚐVisibilityExplanation(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_whyVisible(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_VisibilityExplanation(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_whyVisible_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Query___type(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -4257,6 +4740,282 @@ func (ec *executionContext) fieldContext_Query___schema(_ context.Context, field
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _RBACBinding_kind(ctx context.Context, field graphql.CollectedField, obj *model.RBACBinding) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RBACBinding_kind(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Kind, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RBACBinding_kind(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RBACBinding", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _RBACBinding_name(ctx context.Context, field graphql.CollectedField, obj *model.RBACBinding) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RBACBinding_name(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Name, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RBACBinding_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RBACBinding", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _RBACBinding_namespace(ctx context.Context, field graphql.CollectedField, obj *model.RBACBinding) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RBACBinding_namespace(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Namespace, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_RBACBinding_namespace(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RBACBinding", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _RBACRoleRef_kind(ctx context.Context, field graphql.CollectedField, obj *model.RBACRoleRef) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RBACRoleRef_kind(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Kind, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RBACRoleRef_kind(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RBACRoleRef", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _RBACRoleRef_name(ctx context.Context, field graphql.CollectedField, obj *model.RBACRoleRef) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RBACRoleRef_name(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Name, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RBACRoleRef_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RBACRoleRef", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _RBACRule_verbs(ctx context.Context, field graphql.CollectedField, obj *model.RBACRule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RBACRule_verbs(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Verbs, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RBACRule_verbs(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RBACRule", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _RBACRule_apiGroups(ctx context.Context, field graphql.CollectedField, obj *model.RBACRule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RBACRule_apiGroups(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.APIGroups, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RBACRule_apiGroups(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RBACRule", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _RBACRule_resources(ctx context.Context, field graphql.CollectedField, obj *model.RBACRule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RBACRule_resources(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Resources, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RBACRule_resources(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RBACRule", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _RBACRule_resourceNames(ctx context.Context, field graphql.CollectedField, obj *model.RBACRule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RBACRule_resourceNames(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ResourceNames, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RBACRule_resourceNames(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RBACRule", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _RBACSubject_kind(ctx context.Context, field graphql.CollectedField, obj *model.RBACSubject) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RBACSubject_kind(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Kind, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RBACSubject_kind(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RBACSubject", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _RBACSubject_name(ctx context.Context, field graphql.CollectedField, obj *model.RBACSubject) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RBACSubject_name(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Name, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RBACSubject_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RBACSubject", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _RBACSubject_namespace(ctx context.Context, field graphql.CollectedField, obj *model.RBACSubject) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RBACSubject_namespace(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Namespace, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_RBACSubject_namespace(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RBACSubject", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
 func (ec *executionContext) _Subscription_clusterConnection(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
@@ -4423,6 +5182,419 @@ func (ec *executionContext) _Viewer_groups(ctx context.Context, field graphql.Co
 }
 func (ec *executionContext) fieldContext_Viewer_groups(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Viewer", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _VisibilityExplanation_cluster(ctx context.Context, field graphql.CollectedField, obj *model.VisibilityExplanation) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VisibilityExplanation_cluster(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cluster, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VisibilityExplanation_cluster(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VisibilityExplanation", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _VisibilityExplanation_kind(ctx context.Context, field graphql.CollectedField, obj *model.VisibilityExplanation) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VisibilityExplanation_kind(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Kind, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VisibilityExplanation_kind(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VisibilityExplanation", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _VisibilityExplanation_namespace(ctx context.Context, field graphql.CollectedField, obj *model.VisibilityExplanation) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VisibilityExplanation_namespace(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Namespace, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_VisibilityExplanation_namespace(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VisibilityExplanation", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _VisibilityExplanation_name(ctx context.Context, field graphql.CollectedField, obj *model.VisibilityExplanation) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VisibilityExplanation_name(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Name, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VisibilityExplanation_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VisibilityExplanation", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _VisibilityExplanation_visible(ctx context.Context, field graphql.CollectedField, obj *model.VisibilityExplanation) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VisibilityExplanation_visible(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Visible, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VisibilityExplanation_visible(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VisibilityExplanation", field, false, false, errors.New("field of type Boolean does not have child fields"))
+}
+
+func (ec *executionContext) _VisibilityExplanation_fleetAdminGroup(ctx context.Context, field graphql.CollectedField, obj *model.VisibilityExplanation) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VisibilityExplanation_fleetAdminGroup(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.FleetAdminGroup, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_VisibilityExplanation_fleetAdminGroup(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VisibilityExplanation", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _VisibilityExplanation_summary(ctx context.Context, field graphql.CollectedField, obj *model.VisibilityExplanation) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VisibilityExplanation_summary(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Summary, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VisibilityExplanation_summary(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VisibilityExplanation", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _VisibilityExplanation_grants(ctx context.Context, field graphql.CollectedField, obj *model.VisibilityExplanation) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VisibilityExplanation_grants(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Grants, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.VisibilityGrant) graphql.Marshaler {
+			return ec.marshalNVisibilityGrant2ᚕᚖgithubᚗcomᚋfleetgraphᚋfleetgraphᚋgraphᚋmodelᚐVisibilityGrantᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VisibilityExplanation_grants(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "VisibilityExplanation",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_VisibilityGrant(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _VisibilityExplanation_problems(ctx context.Context, field graphql.CollectedField, obj *model.VisibilityExplanation) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VisibilityExplanation_problems(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Problems, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VisibilityExplanation_problems(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VisibilityExplanation", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _VisibilityGrant_verb(ctx context.Context, field graphql.CollectedField, obj *model.VisibilityGrant) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VisibilityGrant_verb(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Verb, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VisibilityGrant_verb(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VisibilityGrant", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _VisibilityGrant_scope(ctx context.Context, field graphql.CollectedField, obj *model.VisibilityGrant) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VisibilityGrant_scope(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Scope, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VisibilityGrant_scope(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VisibilityGrant", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _VisibilityGrant_description(ctx context.Context, field graphql.CollectedField, obj *model.VisibilityGrant) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VisibilityGrant_description(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Description, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VisibilityGrant_description(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VisibilityGrant", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _VisibilityGrant_binding(ctx context.Context, field graphql.CollectedField, obj *model.VisibilityGrant) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VisibilityGrant_binding(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Binding, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.RBACBinding) graphql.Marshaler {
+			return ec.marshalNRBACBinding2ᚖgithubᚗcomᚋfleetgraphᚋfleetgraphᚋgraphᚋmodelᚐRBACBinding(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VisibilityGrant_binding(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "VisibilityGrant",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_RBACBinding(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _VisibilityGrant_role(ctx context.Context, field graphql.CollectedField, obj *model.VisibilityGrant) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VisibilityGrant_role(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Role, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.RBACRoleRef) graphql.Marshaler {
+			return ec.marshalNRBACRoleRef2ᚖgithubᚗcomᚋfleetgraphᚋfleetgraphᚋgraphᚋmodelᚐRBACRoleRef(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VisibilityGrant_role(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "VisibilityGrant",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_RBACRoleRef(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _VisibilityGrant_subject(ctx context.Context, field graphql.CollectedField, obj *model.VisibilityGrant) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VisibilityGrant_subject(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Subject, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.RBACSubject) graphql.Marshaler {
+			return ec.marshalNRBACSubject2ᚖgithubᚗcomᚋfleetgraphᚋfleetgraphᚋgraphᚋmodelᚐRBACSubject(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VisibilityGrant_subject(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "VisibilityGrant",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_RBACSubject(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _VisibilityGrant_rule(ctx context.Context, field graphql.CollectedField, obj *model.VisibilityGrant) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VisibilityGrant_rule(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Rule, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.RBACRule) graphql.Marshaler {
+			return ec.marshalNRBACRule2ᚖgithubᚗcomᚋfleetgraphᚋfleetgraphᚋgraphᚋmodelᚐRBACRule(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VisibilityGrant_rule(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "VisibilityGrant",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_RBACRule(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) ___Directive_name(ctx context.Context, field graphql.CollectedField, obj *introspection.Directive) (ret graphql.Marshaler) {
@@ -6756,6 +7928,28 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 			}
 
 			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "whyVisible":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_whyVisible(ctx, field)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
 		case "__type":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Query___type(ctx, field)
@@ -6769,6 +7963,198 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 			})
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var rBACBindingImplementors = []string{"RBACBinding"}
+
+func (ec *executionContext) _RBACBinding(ctx context.Context, sel ast.SelectionSet, obj *model.RBACBinding) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, rBACBindingImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("RBACBinding")
+		case "kind":
+			out.Values[i] = ec._RBACBinding_kind(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "name":
+			out.Values[i] = ec._RBACBinding_name(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "namespace":
+			out.Values[i] = ec._RBACBinding_namespace(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var rBACRoleRefImplementors = []string{"RBACRoleRef"}
+
+func (ec *executionContext) _RBACRoleRef(ctx context.Context, sel ast.SelectionSet, obj *model.RBACRoleRef) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, rBACRoleRefImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("RBACRoleRef")
+		case "kind":
+			out.Values[i] = ec._RBACRoleRef_kind(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "name":
+			out.Values[i] = ec._RBACRoleRef_name(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var rBACRuleImplementors = []string{"RBACRule"}
+
+func (ec *executionContext) _RBACRule(ctx context.Context, sel ast.SelectionSet, obj *model.RBACRule) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, rBACRuleImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("RBACRule")
+		case "verbs":
+			out.Values[i] = ec._RBACRule_verbs(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "apiGroups":
+			out.Values[i] = ec._RBACRule_apiGroups(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "resources":
+			out.Values[i] = ec._RBACRule_resources(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "resourceNames":
+			out.Values[i] = ec._RBACRule_resourceNames(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var rBACSubjectImplementors = []string{"RBACSubject"}
+
+func (ec *executionContext) _RBACSubject(ctx context.Context, sel ast.SelectionSet, obj *model.RBACSubject) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, rBACSubjectImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("RBACSubject")
+		case "kind":
+			out.Values[i] = ec._RBACSubject_kind(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "name":
+			out.Values[i] = ec._RBACSubject_name(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "namespace":
+			out.Values[i] = ec._RBACSubject_namespace(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
 			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -6834,6 +8220,152 @@ func (ec *executionContext) _Viewer(ctx context.Context, sel ast.SelectionSet, o
 			}
 		case "groups":
 			out.Values[i] = ec._Viewer_groups(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var visibilityExplanationImplementors = []string{"VisibilityExplanation"}
+
+func (ec *executionContext) _VisibilityExplanation(ctx context.Context, sel ast.SelectionSet, obj *model.VisibilityExplanation) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, visibilityExplanationImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("VisibilityExplanation")
+		case "cluster":
+			out.Values[i] = ec._VisibilityExplanation_cluster(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "kind":
+			out.Values[i] = ec._VisibilityExplanation_kind(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "namespace":
+			out.Values[i] = ec._VisibilityExplanation_namespace(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "name":
+			out.Values[i] = ec._VisibilityExplanation_name(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "visible":
+			out.Values[i] = ec._VisibilityExplanation_visible(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "fleetAdminGroup":
+			out.Values[i] = ec._VisibilityExplanation_fleetAdminGroup(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "summary":
+			out.Values[i] = ec._VisibilityExplanation_summary(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "grants":
+			out.Values[i] = ec._VisibilityExplanation_grants(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "problems":
+			out.Values[i] = ec._VisibilityExplanation_problems(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var visibilityGrantImplementors = []string{"VisibilityGrant"}
+
+func (ec *executionContext) _VisibilityGrant(ctx context.Context, sel ast.SelectionSet, obj *model.VisibilityGrant) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, visibilityGrantImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("VisibilityGrant")
+		case "verb":
+			out.Values[i] = ec._VisibilityGrant_verb(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "scope":
+			out.Values[i] = ec._VisibilityGrant_scope(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "description":
+			out.Values[i] = ec._VisibilityGrant_description(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "binding":
+			out.Values[i] = ec._VisibilityGrant_binding(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "role":
+			out.Values[i] = ec._VisibilityGrant_role(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "subject":
+			out.Values[i] = ec._VisibilityGrant_subject(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "rule":
+			out.Values[i] = ec._VisibilityGrant_rule(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -7610,6 +9142,46 @@ func (ec *executionContext) marshalNPageInfo2ᚖgithubᚗcomᚋfleetgraphᚋflee
 	return ec._PageInfo(ctx, sel, v)
 }
 
+func (ec *executionContext) marshalNRBACBinding2ᚖgithubᚗcomᚋfleetgraphᚋfleetgraphᚋgraphᚋmodelᚐRBACBinding(ctx context.Context, sel ast.SelectionSet, v *model.RBACBinding) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._RBACBinding(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNRBACRoleRef2ᚖgithubᚗcomᚋfleetgraphᚋfleetgraphᚋgraphᚋmodelᚐRBACRoleRef(ctx context.Context, sel ast.SelectionSet, v *model.RBACRoleRef) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._RBACRoleRef(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNRBACRule2ᚖgithubᚗcomᚋfleetgraphᚋfleetgraphᚋgraphᚋmodelᚐRBACRule(ctx context.Context, sel ast.SelectionSet, v *model.RBACRule) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._RBACRule(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNRBACSubject2ᚖgithubᚗcomᚋfleetgraphᚋfleetgraphᚋgraphᚋmodelᚐRBACSubject(ctx context.Context, sel ast.SelectionSet, v *model.RBACSubject) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._RBACSubject(ctx, sel, v)
+}
+
 func (ec *executionContext) unmarshalNString2string(ctx context.Context, v any) (string, error) {
 	res, err := graphql.UnmarshalString(v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -7689,6 +9261,42 @@ func (ec *executionContext) marshalNViewer2ᚖgithubᚗcomᚋfleetgraphᚋfleetg
 		return graphql.Null
 	}
 	return ec._Viewer(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNVisibilityExplanation2ᚖgithubᚗcomᚋfleetgraphᚋfleetgraphᚋgraphᚋmodelᚐVisibilityExplanation(ctx context.Context, sel ast.SelectionSet, v *model.VisibilityExplanation) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._VisibilityExplanation(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNVisibilityGrant2ᚕᚖgithubᚗcomᚋfleetgraphᚋfleetgraphᚋgraphᚋmodelᚐVisibilityGrantᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.VisibilityGrant) graphql.Marshaler {
+	ret := marshalSlice(ctx, len(v), func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNVisibilityGrant2ᚖgithubᚗcomᚋfleetgraphᚋfleetgraphᚋgraphᚋmodelᚐVisibilityGrant(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNVisibilityGrant2ᚖgithubᚗcomᚋfleetgraphᚋfleetgraphᚋgraphᚋmodelᚐVisibilityGrant(ctx context.Context, sel ast.SelectionSet, v *model.VisibilityGrant) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._VisibilityGrant(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalN__Directive2githubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐDirective(ctx context.Context, sel ast.SelectionSet, v introspection.Directive) graphql.Marshaler {

@@ -196,12 +196,76 @@ type PageInfo struct {
 type Query struct {
 }
 
+type RBACBinding struct {
+	// `RoleBinding` or `ClusterRoleBinding`.
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+	// Null for a ClusterRoleBinding.
+	Namespace *string `json:"namespace,omitempty"`
+}
+
+type RBACRoleRef struct {
+	// `Role` or `ClusterRole`.
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+}
+
+type RBACRule struct {
+	Verbs []string `json:"verbs"`
+	// The core group is the empty string.
+	APIGroups     []string `json:"apiGroups"`
+	Resources     []string `json:"resources"`
+	ResourceNames []string `json:"resourceNames"`
+}
+
+type RBACSubject struct {
+	// `User`, `Group` or `ServiceAccount`.
+	Kind      string  `json:"kind"`
+	Name      string  `json:"name"`
+	Namespace *string `json:"namespace,omitempty"`
+}
+
 type Subscription struct {
 }
 
 type Viewer struct {
 	Username string   `json:"username"`
 	Groups   []string `json:"groups"`
+}
+
+// Why the viewer can, or cannot, see one object.
+type VisibilityExplanation struct {
+	Cluster string `json:"cluster"`
+	// As asked, e.g. `Pod` or `Kustomization.kustomize.toolkit.fluxcd.io`.
+	Kind      string  `json:"kind"`
+	Namespace *string `json:"namespace,omitempty"`
+	Name      string  `json:"name"`
+	Visible   bool    `json:"visible"`
+	// The viewer's group that makes them a fleet admin, who sees every object
+	// whatever the cluster's RBAC says; null for everyone else.
+	FleetAdminGroup *string `json:"fleetAdminGroup,omitempty"`
+	// One sentence for people, e.g. `You can see it because RoleBinding team-a/alice-view grants ...`.
+	Summary string `json:"summary"`
+	// The grants that let the viewer read the object; empty when none does.
+	Grants []*VisibilityGrant `json:"grants"`
+	// The viewer's bindings in the cluster that grant nothing, e.g. a binding to a missing role.
+	Problems []string `json:"problems"`
+}
+
+// One allowed request and the RBAC grant that allows it.
+type VisibilityGrant struct {
+	// `get` or `list`.
+	Verb string `json:"verb"`
+	// What the request covers, e.g. `pods "web" in namespace team-a` or `pods in all namespaces`.
+	Scope string `json:"scope"`
+	// The Kubernetes authorizer's reason, e.g. `RoleBinding "alice-view/team-a" of ClusterRole "view" to User "alice"`.
+	Description string       `json:"description"`
+	Binding     *RBACBinding `json:"binding"`
+	Role        *RBACRoleRef `json:"role"`
+	// The subject of the binding that matched the viewer.
+	Subject *RBACSubject `json:"subject"`
+	// The rule of the role that allows the request.
+	Rule *RBACRule `json:"rule"`
 }
 
 type ChangeType string
