@@ -35,6 +35,9 @@ func toFilter(f *model.ObjectFilter) index.Filter {
 	if f.LabelSelector != nil {
 		out.LabelSelector = *f.LabelSelector
 	}
+	if f.ClusterLabelSelector != nil {
+		out.ClusterSelector = *f.ClusterLabelSelector
+	}
 	return out
 }
 

@@ -53,6 +53,7 @@ func TestObjectsFastPathMatchesGeneratedCode(t *testing.T) {
 		{"literal filter", `{ objects(filter: {clusters: ["east"], namespaces: ["team-a"]}, first: 0) { totalCount pageInfo { hasNextPage } } }`, nil, false},
 		{"input defaults", `{ objects(orderBy: {field: KIND}, first: 7) { edges { node { kind name } } } }`, nil, false},
 		{"input defaults in variables", `query($o: ObjectOrder) { objects(orderBy: $o, first: 7) { edges { node { kind name } } } }`, map[string]any{"o": map[string]any{"direction": "DESC"}}, false},
+		{"cluster label selector", `query($f: ObjectFilter) { objects(filter: $f, first: 3) { totalCount staleClusters edges { node { id cluster } } } }`, map[string]any{"f": map[string]any{"clusterLabelSelector": "region in (west,north)"}}, false},
 		{"error", `{ objects(first: 5000) { totalCount } }`, nil, true},
 		{"bad cursor", `{ objects(after: "nope") { totalCount } }`, nil, true},
 		{"other root fields", `{ viewer { username } objects(first: 1) { totalCount } facets { total } }`, nil, false},

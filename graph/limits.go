@@ -147,7 +147,7 @@ func complexityRoot() generated.ComplexityRoot {
 		return 1 + max(n, 1)*child
 	}
 	c.Query.Object = func(child int, _, _ string, _ *string, _ string) int { return 50 + child }
-	c.Query.Clusters = func(child int) int { return 1 + 20*child }
+	c.Query.Clusters = func(child int, _ *string) int { return 1 + 20*child }
 	c.Query.Facets = func(child int, _ *model.ObjectFilter) int { return 10 + child }
 	return c
 }

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
+
 	"github.com/fleetgraph/fleetgraph/authz"
 	"github.com/fleetgraph/fleetgraph/graph/model"
 	"github.com/fleetgraph/fleetgraph/index"
@@ -156,16 +158,24 @@ func (s *service) visibleClusters(v *viewer) []*index.Cluster {
 	return out
 }
 
-// clusters answers Query.clusters.
-func (s *service) clusters(ctx context.Context) ([]*model.Cluster, error) {
+// clusters answers Query.clusters: the visible clusters whose labels match
+// labelSelector, when given.
+func (s *service) clusters(ctx context.Context, labelSelector *string) ([]*model.Cluster, error) {
 	v, err := viewerFrom(ctx)
 	if err != nil {
 		return nil, err
 	}
-	rows := s.visibleClusters(v)
-	out := make([]*model.Cluster, len(rows))
-	for i, c := range rows {
-		out[i] = toCluster(c)
+	sel := labels.Everything()
+	if labelSelector != nil {
+		if sel, err = labels.Parse(*labelSelector); err != nil {
+			return nil, newError(CodeBadUserInput, err, "label selector %q: %v", *labelSelector, err)
+		}
+	}
+	out := []*model.Cluster{}
+	for _, c := range s.visibleClusters(v) {
+		if sel.Matches(labels.Set(c.Labels)) {
+			out = append(out, toCluster(c))
+		}
 	}
 	return out, nil
 }

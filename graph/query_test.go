@@ -192,6 +192,14 @@ func TestObjectsFilters(t *testing.T) {
 			return (o.Labels["team"] == "team-a" || o.Labels["team"] == "team-c") && o.Labels["app"] != "pod-team-a-0"
 		}},
 		{"name contains", map[string]any{"nameContains": "SVC"}, func(o *index.Object) bool { return o.Kind == "Service" }},
+		// The fixture's clusters are labelled region=<name>.
+		{"cluster label selector", map[string]any{"clusterLabelSelector": "region in (east,north)"}, func(o *index.Object) bool {
+			return o.Cluster == "east" || o.Cluster == "north"
+		}},
+		{"cluster label selector and kind", map[string]any{"clusterLabelSelector": "region!=east", "kinds": []string{"Pod"}}, func(o *index.Object) bool {
+			return o.Cluster != "east" && o.Kind == "Pod"
+		}},
+		{"cluster label selector matching none", map[string]any{"clusterLabelSelector": "env=prod"}, func(*index.Object) bool { return false }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -238,6 +246,7 @@ func TestObjectsBadInput(t *testing.T) {
 		{"negative page", map[string]any{"first": -1}},
 		{"bad cursor", map[string]any{"after": "not-a-cursor"}},
 		{"bad selector", map[string]any{"filter": map[string]any{"labelSelector": "a in (b"}}},
+		{"bad cluster selector", map[string]any{"filter": map[string]any{"clusterLabelSelector": "region in (("}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -333,6 +342,59 @@ func TestFacetsCountOnlyVisibleObjects(t *testing.T) {
 				t.Errorf("statuses facet lists %d statuses, want all %d", len(r.Facets.Statuses), len(index.Statuses))
 			}
 		})
+	}
+}
+
+// TestFacetsHonourClusterLabelSelector: facets count only the objects of
+// the clusters whose labels match, and nothing of the others.
+func TestFacetsHonourClusterLabelSelector(t *testing.T) {
+	f := newFixture(t)
+	all := allTestObjects(t, f.store)
+	for _, user := range []string{"admin", "bob"} {
+		want := 0
+		for _, o := range all {
+			if expectVisible(user, o) && o.Cluster == "west" {
+				want++
+			}
+		}
+		var r facetsResult
+		f.query(user, facetsQuery, map[string]any{"filter": map[string]any{"clusterLabelSelector": "region=west"}}, &r)
+		if r.Facets.Total != want || want == 0 {
+			t.Errorf("%s: total %d, want %d", user, r.Facets.Total, want)
+		}
+		for _, c := range r.Facets.Clusters {
+			if c.Count > 0 && (c.Value != "west" || c.Count != want) {
+				t.Errorf("%s: cluster facet %s=%d, want only west=%d", user, c.Value, c.Count, want)
+			}
+		}
+	}
+}
+
+// TestClustersByLabelSelector lists the visible clusters whose labels match.
+func TestClustersByLabelSelector(t *testing.T) {
+	f := newFixture(t)
+	q := `query($s: String) { clusters(labelSelector: $s) { name labels { key value } } }`
+	for _, tc := range []struct {
+		user, selector string
+		want           []string
+	}{
+		{"admin", "region in (east,west)", []string{"east", "west"}},
+		{"admin", "region!=east", []string{"north", "west"}},
+		{"admin", "env=prod", nil},
+		{"alice", "region in (east,west)", []string{"east"}},
+	} {
+		var r struct{ Clusters []struct{ Name string } }
+		f.query(tc.user, q, map[string]any{"s": tc.selector}, &r)
+		var names []string
+		for _, c := range r.Clusters {
+			names = append(names, c.Name)
+		}
+		if !slices.Equal(names, tc.want) {
+			t.Errorf("%s %q: clusters %v, want %v", tc.user, tc.selector, names, tc.want)
+		}
+	}
+	if status, resp := f.post("admin", q, map[string]any{"s": "region in (("}); status != http.StatusOK || resp.code() != CodeBadUserInput {
+		t.Errorf("bad selector: status %d, errors %+v; want %s", status, resp.Errors, CodeBadUserInput)
 	}
 }
 

@@ -33,8 +33,8 @@ func (r *queryResolver) Object(ctx context.Context, cluster string, kind string,
 }
 
 // Clusters is the resolver for the clusters field.
-func (r *queryResolver) Clusters(ctx context.Context) ([]*model.Cluster, error) {
-	return r.svc.clusters(ctx)
+func (r *queryResolver) Clusters(ctx context.Context, labelSelector *string) ([]*model.Cluster, error) {
+	return r.svc.clusters(ctx, labelSelector)
 }
 
 // Cluster is the resolver for the cluster field.

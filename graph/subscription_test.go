@@ -130,6 +130,30 @@ func TestObjectChangesFilterEntersAndLeaves(t *testing.T) {
 	c.expectQuiet(200 * time.Millisecond)
 }
 
+// TestObjectChangesClusterLabelSelector: a subscription selecting clusters
+// by label sees only their objects' changes, and follows a relabelled
+// cluster from its next event on.
+func TestObjectChangesClusterLabelSelector(t *testing.T) {
+	f := newFixture(t)
+	c := f.connect("admin")
+	c.subscribe("1", objectChangesSub, map[string]any{"filter": map[string]any{"clusterLabelSelector": "region=west"}})
+	f.waitSubscribers(1)
+	upsert(t, f.store, testObject(podKind, "east", "team-a", "east-pod", index.StatusHealthy))
+	upsert(t, f.store, testObject(podKind, "west", "team-a", "west-pod", index.StatusHealthy))
+	if e := c.nextChange("1").ObjectChanges; e.Type != "ADDED" || e.Object.Cluster != "west" {
+		t.Fatalf("got %+v, want west's pod ADDED", e)
+	}
+	east, _ := f.store.GetCluster(nil, "east")
+	relabelled := *east
+	relabelled.Labels = map[string]string{"region": "west"}
+	must(t, f.store.UpsertCluster(context.Background(), relabelled))
+	upsert(t, f.store, testObject(podKind, "east", "team-a", "east-pod-2", index.StatusHealthy))
+	if e := c.nextChange("1").ObjectChanges; e.Type != "ADDED" || e.Object.Name != "east-pod-2" {
+		t.Fatalf("got %+v, want the relabelled east's new pod ADDED", e)
+	}
+	c.expectQuiet(200 * time.Millisecond)
+}
+
 func TestObjectChangesResume(t *testing.T) {
 	f := newFixture(t)
 	c := f.connect("alice")

@@ -84,7 +84,7 @@ func (s *service) objectChanges(ctx context.Context, filter *model.ObjectFilter,
 		return nil, errNeedsWebsocket()
 	}
 	f := toFilter(filter)
-	if _, err := index.NewMatcher(f, nil); err != nil {
+	if _, err := s.store.NewMatcher(f, nil); err != nil {
 		return nil, indexError(err)
 	}
 	start := s.store.LastSeq()
@@ -187,7 +187,7 @@ func (p *objectsPump) handle(ctx context.Context, ev *index.Event) bool {
 // resetAccess computes the viewer's access in every cluster.
 func (p *objectsPump) resetAccess() error {
 	p.access = p.s.access(p.v)
-	m, err := index.NewMatcher(p.filter, p.access)
+	m, err := p.s.store.NewMatcher(p.filter, p.access)
 	if err != nil {
 		return indexError(err)
 	}
@@ -202,7 +202,7 @@ func (p *objectsPump) policyChanged(ev *index.Event) {
 		return
 	}
 	next := p.s.access(p.v)
-	m, err := index.NewMatcher(p.filter, next)
+	m, err := p.s.store.NewMatcher(p.filter, next)
 	if err != nil {
 		// The filter compiled before; it cannot fail now.
 		p.s.log.Error("graph: recompiling a subscription filter", "err", err)

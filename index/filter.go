@@ -30,6 +30,11 @@ type Filter struct {
 	// LabelSelector uses the Kubernetes syntax: =, ==, !=, in, notin,
 	// exists, !key, and the numeric gt/lt.
 	LabelSelector string
+	// ClusterSelector selects objects by their cluster's labels, in the
+	// same syntax: "env=prod,region in (eu-west-1)". Queries evaluate it
+	// against the cluster rows when they run; a Matcher (subscriptions)
+	// against each event's cluster as it is then.
+	ClusterSelector string
 }
 
 // plan is a compiled filter and access check, valid while the read lock
@@ -66,6 +71,14 @@ type labelReq struct {
 func (x *objIndex) compile(txn *memdb.Txn, f *Filter, a *Access) (*plan, error) {
 	p := &plan{x: x, txn: txn, access: a, accessAll: a != nil && a.All}
 	p.clusters = idSet(x.clusters, f.Clusters, &p.empty)
+	if f.ClusterSelector != "" {
+		sel, err := parseSelector("cluster selector", f.ClusterSelector)
+		if err != nil {
+			return nil, err
+		}
+		p.clusters = x.clustersMatching(txn, sel, p.clusters)
+		p.empty = p.empty || len(p.clusters) == 0
+	}
 	p.nss = idSet(x.namespaces, f.Namespaces, &p.empty)
 	if len(f.Kinds) > 0 {
 		p.kids = make([]bool, len(x.kinds.byKid))
@@ -87,9 +100,9 @@ func (x *objIndex) compile(txn *memdb.Txn, f *Filter, a *Access) (*plan, error) 
 	}
 	p.name = strings.ToLower(f.NameContains)
 	if f.LabelSelector != "" {
-		sel, err := labels.Parse(f.LabelSelector)
+		sel, err := parseSelector("label selector", f.LabelSelector)
 		if err != nil {
-			return nil, fmt.Errorf("%w: label selector %q: %w", ErrInvalidQuery, f.LabelSelector, err)
+			return nil, err
 		}
 		reqs, _ := sel.Requirements()
 		for _, r := range reqs {
@@ -119,6 +132,38 @@ func (x *objIndex) compile(txn *memdb.Txn, f *Filter, a *Access) (*plan, error) 
 		p.empty = true
 	}
 	return p, nil
+}
+
+// parseSelector parses a label selector of a filter; what names it in the
+// error.
+func parseSelector(what, s string) (labels.Selector, error) {
+	sel, err := labels.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s %q: %w", ErrInvalidQuery, what, s, err)
+	}
+	return sel, nil
+}
+
+// clustersMatching returns the ids of the clusters whose labels sel
+// matches, among within (nil: any). Every cluster that ever had rows has
+// an id; one whose row is gone has no labels, as in Store.NewMatcher.
+func (x *objIndex) clustersMatching(txn *memdb.Txn, sel labels.Selector, within map[uint32]bool) map[uint32]bool {
+	out := map[uint32]bool{}
+	for cid := range uint32(x.clusters.len()) {
+		if within != nil && !within[cid] {
+			continue
+		}
+		var set labels.Set
+		raw, err := txn.First(tableClusters, indexID, memKey(compoundKey(x.clusters.str(cid))))
+		must(err)
+		if c, ok := raw.(*Cluster); ok {
+			set = c.Labels
+		}
+		if sel.Matches(set) {
+			out[cid] = true
+		}
+	}
+	return out
 }
 
 // idSet returns the ids of the interned values, nil when values is empty

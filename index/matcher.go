@@ -17,22 +17,51 @@ type Matcher struct {
 	access *Access
 	sel    labels.Selector
 	name   string
+	// clusterSel is the compiled ClusterSelector, evaluated against the
+	// labels clusterLabels returns for an event's cluster.
+	clusterSel    labels.Selector
+	clusterLabels func(cluster string) map[string]string
 }
 
-// NewMatcher compiles f for a viewer with access a.
+// NewMatcher compiles f for a viewer with access a. It knows no cluster
+// labels: a ClusterSelector is evaluated against none, so "env=prod"
+// matches nothing. Store.NewMatcher evaluates it against the clusters' rows.
 func NewMatcher(f Filter, a *Access) (*Matcher, error) {
-	m := &Matcher{f: f, access: a, name: strings.ToLower(f.NameContains)}
+	return newMatcher(f, a, func(string) map[string]string { return nil })
+}
+
+// NewMatcher compiles f for a viewer with access a, evaluating its
+// ClusterSelector against each event's cluster row as it is when the event
+// is matched.
+func (s *Store) NewMatcher(f Filter, a *Access) (*Matcher, error) {
+	return newMatcher(f, a, func(cluster string) map[string]string {
+		if c, ok := s.GetCluster(nil, cluster); ok {
+			return c.Labels
+		}
+		return nil
+	})
+}
+
+func newMatcher(f Filter, a *Access, clusterLabels func(string) map[string]string) (*Matcher, error) {
+	m := &Matcher{f: f, access: a, name: strings.ToLower(f.NameContains), clusterLabels: clusterLabels}
 	for _, st := range f.Statuses {
 		if Statuses[statusIndex(st)] != st {
 			return nil, fmt.Errorf("%w: unknown status %q", ErrInvalidQuery, st)
 		}
 	}
 	if f.LabelSelector != "" {
-		sel, err := labels.Parse(f.LabelSelector)
+		sel, err := parseSelector("label selector", f.LabelSelector)
 		if err != nil {
-			return nil, fmt.Errorf("%w: label selector %q: %w", ErrInvalidQuery, f.LabelSelector, err)
+			return nil, err
 		}
 		m.sel = sel
+	}
+	if f.ClusterSelector != "" {
+		sel, err := parseSelector("cluster selector", f.ClusterSelector)
+		if err != nil {
+			return nil, err
+		}
+		m.clusterSel = sel
 	}
 	return m, nil
 }
@@ -59,6 +88,9 @@ func (m *Matcher) Match(o *Object) bool {
 		return false
 	}
 	if m.name != "" && !containsFold(o.Name, m.name) {
+		return false
+	}
+	if m.clusterSel != nil && !m.clusterSel.Matches(labels.Set(m.clusterLabels(o.Cluster))) {
 		return false
 	}
 	return m.sel == nil || m.sel.Matches(labels.Set(o.Labels))

@@ -88,7 +88,27 @@ func randomFilter(rnd *rand.Rand) Filter {
 			"k0=v1", "k1!=v0", "k2 in (v0,v2)", "k0 notin (v1)", "k1", "!k2", "n>4", "n<3", "k0=v0,k1", "missing=x", "!missing",
 		}[rnd.IntN(11)]
 	}
+	if rnd.IntN(3) == 0 {
+		f.ClusterSelector = []string{
+			"env=prod", "region in (eu-west-1)", "env=prod,region in (eu-west-1)", "env!=prod", "!env", "env", "missing=x",
+		}[rnd.IntN(7)]
+	}
 	return f
+}
+
+// clusterLabels are the labels of the random fleet's clusters; c2 has no
+// cluster row, so it has no labels.
+var clusterLabels = map[string]map[string]string{
+	"c0": {"env": "prod", "region": "eu-west-1"},
+	"c1": {"env": "staging", "region": "eu-west-1"},
+}
+
+// upsertClusters writes the random fleet's cluster rows.
+func upsertClusters(t testing.TB, s *Store) {
+	t.Helper()
+	for name, labels := range clusterLabels {
+		mustNoErr(t, s.UpsertCluster(ctxb, Cluster{Name: name, Labels: labels, State: StateConnected}))
+	}
 }
 
 func randomAccess(rnd *rand.Rand) *Access {
@@ -131,11 +151,15 @@ func randomAccess(rnd *rand.Rand) *Access {
 }
 
 // refMatch is the reference definition of a filter and access match:
-// Matcher works on whole Objects with labels.Selector and Access.Allows.
-// It also checks Access.Allows against refAllows.
-func refMatch(t testing.TB, f Filter, a *Access, o *Object) bool {
+// Matcher works on whole Objects with labels.Selector and Access.Allows,
+// and on the clusters' labels of s when s is not nil. It also checks
+// Access.Allows against refAllows.
+func refMatch(t testing.TB, f Filter, a *Access, o *Object, s ...*Store) bool {
 	t.Helper()
 	m, err := NewMatcher(f, a)
+	if len(s) > 0 {
+		m, err = s[0].NewMatcher(f, a)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,6 +238,7 @@ var allOrders = []OrderField{OrderName, OrderNamespace, OrderCluster, OrderKind,
 func TestQueryMatchesReference(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(7, 7))
 	s, clk := newTestStore(t)
+	upsertClusters(t, s)
 	model := map[Key]Object{}
 	for range 400 {
 		o := randomObject(rnd)
@@ -228,7 +253,7 @@ func TestQueryMatchesReference(t *testing.T) {
 		order := Order{Field: allOrders[rnd.IntN(len(allOrders))], Desc: rnd.IntN(2) == 0}
 		var want []Object
 		for _, o := range model {
-			if refMatch(t, f, a, &o) {
+			if refMatch(t, f, a, &o, s) {
 				want = append(want, o)
 			}
 		}
@@ -466,6 +491,7 @@ func TestQueryErrors(t *testing.T) {
 	}{
 		{"bad status", Query{Filter: Filter{Statuses: []Status{"NOPE"}}}},
 		{"bad selector", Query{Filter: Filter{LabelSelector: "a in (("}}},
+		{"bad cluster selector", Query{Filter: Filter{ClusterSelector: "env in (("}}},
 		{"bad order", Query{Order: Order{Field: "SIZE"}}},
 		{"bad cursor", Query{After: "!!!"}},
 		{"cursor of another order", Query{After: p.Edges[0].Cursor, Order: Order{Field: OrderKind}}},

@@ -172,7 +172,7 @@ type ComplexityRoot struct {
 
 	Query struct {
 		Cluster    func(childComplexity int, name string) int
-		Clusters   func(childComplexity int) int
+		Clusters   func(childComplexity int, labelSelector *string) int
 		Facets     func(childComplexity int, filter *model.ObjectFilter) int
 		Fleet      func(childComplexity int) int
 		Object     func(childComplexity int, cluster string, kind string, namespace *string, name string) int
@@ -250,7 +250,7 @@ type QueryResolver interface {
 	Objects(ctx context.Context, filter *model.ObjectFilter, orderBy *model.ObjectOrder, first *int, after *string) (*model.ObjectConnection, error)
 	Facets(ctx context.Context, filter *model.ObjectFilter) (*model.Facets, error)
 	Object(ctx context.Context, cluster string, kind string, namespace *string, name string) (*model.ObjectDetail, error)
-	Clusters(ctx context.Context) ([]*model.Cluster, error)
+	Clusters(ctx context.Context, labelSelector *string) ([]*model.Cluster, error)
 	Cluster(ctx context.Context, name string) (*model.Cluster, error)
 	Fleet(ctx context.Context) (*model.FleetStatus, error)
 	Viewer(ctx context.Context) (*model.Viewer, error)
@@ -816,7 +816,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			break
 		}
 
-		return e.ComplexityRoot.Query.Clusters(childComplexity), true
+		args, err := ec.field_Query_clusters_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Clusters(childComplexity, args["labelSelector"].(*string)), true
 	case "Query.facets":
 		if e.ComplexityRoot.Query.Facets == nil {
 			break
@@ -1208,8 +1213,11 @@ type Query {
   ` + "`" + `Kustomization.kustomize.toolkit.fluxcd.io` + "`" + `.
   """
   object(cluster: String!, kind: String!, namespace: String, name: String!): ObjectDetail
-  "The clusters the viewer can see any object in (fleet admins: all)."
-  clusters: [Cluster!]!
+  """
+  The clusters the viewer can see any object in (fleet admins: all), those
+  whose labels match ` + "`" + `labelSelector` + "`" + ` (Kubernetes syntax) when it is given.
+  """
+  clusters(labelSelector: String): [Cluster!]!
   "One cluster, or null when it does not exist or the viewer cannot see it."
   cluster(name: String!): Cluster
   "Rebuild progress of the viewer's part of the fleet."
@@ -1242,6 +1250,13 @@ input ObjectFilter {
   nameContains: String
   "Kubernetes label selector syntax: ` + "`" + `app=web,tier in (a,b),!canary` + "`" + `."
   labelSelector: String
+  """
+  Selects objects by the labels of their cluster, in the same syntax:
+  ` + "`" + `env=prod,region in (eu-west-1)` + "`" + `. Cluster labels come from the cluster's
+  source (a Cluster API Cluster's labels, ` + "`" + `--cluster-label` + "`" + ` for kubeconfig
+  contexts); counts, facets and subscriptions honour it.
+  """
+  clusterLabelSelector: String
 }
 
 "How to order objects. The object id breaks ties, so the order is total and cursors are stable."
@@ -1376,6 +1391,13 @@ type ObjectDetail {
 
 type Cluster {
   name: String!
+  """
+  The cluster's labels, from its source: the labels of its Cluster API
+  Cluster, GitopsCluster, Argo CD cluster Secret or ClusterProfile (plus
+  ` + "`" + `fleetgraph.io/source` + "`" + ` and ` + "`" + `fleetgraph.io/source-namespace` + "`" + `), or
+  ` + "`" + `--cluster-label` + "`" + ` for kubeconfig contexts. ObjectFilter.clusterLabelSelector
+  selects on them.
+  """
   labels: [Label!]!
   mode: SyncMode!
   connection: ClusterConnection!
@@ -2056,6 +2078,20 @@ func (ec *executionContext) field_Query_cluster_args(ctx context.Context, rawArg
 		return nil, err
 	}
 	args["name"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_clusters_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "labelSelector",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["labelSelector"] = arg0
 	return args, nil
 }
 
@@ -4491,7 +4527,8 @@ func (ec *executionContext) _Query_clusters(ctx context.Context, field graphql.C
 			return ec.fieldContext_Query_clusters(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.Query().Clusters(ctx)
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().Clusters(ctx, fc.Args["labelSelector"].(*string))
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []*model.Cluster) graphql.Marshaler {
@@ -4501,7 +4538,7 @@ func (ec *executionContext) _Query_clusters(ctx context.Context, field graphql.C
 		true,
 	)
 }
-func (ec *executionContext) fieldContext_Query_clusters(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+func (ec *executionContext) fieldContext_Query_clusters(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	fc = &graphql.FieldContext{
 		Object:     "Query",
 		Field:      field,
@@ -4510,6 +4547,17 @@ func (ec *executionContext) fieldContext_Query_clusters(_ context.Context, field
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_Cluster(ctx, field)
 		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_clusters_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
 	}
 	return fc, nil
 }
@@ -6667,7 +6715,7 @@ func (ec *executionContext) unmarshalInputObjectFilter(ctx context.Context, obj 
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"clusters", "namespaces", "kinds", "statuses", "nameContains", "labelSelector"}
+	fieldsInOrder := [...]string{"clusters", "namespaces", "kinds", "statuses", "nameContains", "labelSelector", "clusterLabelSelector"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -6716,6 +6764,13 @@ func (ec *executionContext) unmarshalInputObjectFilter(ctx context.Context, obj 
 				return it, err
 			}
 			it.LabelSelector = data
+		case "clusterLabelSelector":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("clusterLabelSelector"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ClusterLabelSelector = data
 		}
 	}
 	return it, nil

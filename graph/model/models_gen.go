@@ -11,7 +11,12 @@ import (
 )
 
 type Cluster struct {
-	Name       string             `json:"name"`
+	Name string `json:"name"`
+	// The cluster's labels, from its source: the labels of its Cluster API
+	// Cluster, GitopsCluster, Argo CD cluster Secret or ClusterProfile (plus
+	// `fleetgraph.io/source` and `fleetgraph.io/source-namespace`), or
+	// `--cluster-label` for kubeconfig contexts. ObjectFilter.clusterLabelSelector
+	// selects on them.
 	Labels     []*Label           `json:"labels"`
 	Mode       SyncMode           `json:"mode"`
 	Connection *ClusterConnection `json:"connection"`
@@ -172,6 +177,11 @@ type ObjectFilter struct {
 	NameContains *string `json:"nameContains,omitempty"`
 	// Kubernetes label selector syntax: `app=web,tier in (a,b),!canary`.
 	LabelSelector *string `json:"labelSelector,omitempty"`
+	// Selects objects by the labels of their cluster, in the same syntax:
+	// `env=prod,region in (eu-west-1)`. Cluster labels come from the cluster's
+	// source (a Cluster API Cluster's labels, `--cluster-label` for kubeconfig
+	// contexts); counts, facets and subscriptions honour it.
+	ClusterLabelSelector *string `json:"clusterLabelSelector,omitempty"`
 }
 
 // How to order objects. The object id breaks ties, so the order is total and cursors are stable.
