@@ -62,7 +62,7 @@ type Event struct {
 type Config struct {
 	Cluster  string
 	Clients  *Clients
-	Sink     index.Sink
+	Sink     index.RowSink
 	Registry *Registry
 	// Namespaces, if not empty, limits collection to these namespaces;
 	// ExcludeNamespaces drops namespaces. RBAC rows are always collected:

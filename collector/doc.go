@@ -4,7 +4,7 @@
 // GVK added by configuration), the normalizers that compute each row's
 // status, message and summary (kstatus plus kind-specific rules), and the
 // reflectors that list and watch a cluster and write rows straight into an
-// index.Sink, without an informer cache of full objects.
+// index.RowSink, without an informer cache of full objects.
 //
 // It does not decide when a cluster is connected or reconnect it: that is
 // the connection package. It does not store rows: the Sink does.

@@ -41,8 +41,10 @@ const (
 
 // Options configures a Manager.
 type Options struct {
-	// Store receives rows and cluster state.
-	Store *index.Store
+	// Store receives the clusters' rows and cluster rows. It is only
+	// written, never read, so anything that carries the Sink calls to an
+	// index (a *index.Store) will do.
+	Store index.Sink
 	// Registry lists the kinds to collect; nil means collector.NewRegistry().
 	Registry *collector.Registry
 	// Namespaces and ExcludeNamespaces filter collected objects.

@@ -2,10 +2,12 @@
 // every cluster, the clusters themselves, and each cluster's RBAC rows, in an
 // in-memory go-memdb database.
 //
-// It is the only source for queries and subscriptions. Rows enter only
-// through the Sink interface (Replace, Upsert, Delete, ReportKindError), so
-// that pull collectors, edge sessions and, later, a replicated stream all
-// write the same way. Every row is a plain, serializable value.
+// It is the only source for queries and subscriptions. Everything that
+// changes it goes through the Sink interface (rows with Replace, Upsert,
+// UpsertBatch and Delete; kind errors with ReportKindError; cluster rows
+// with UpsertCluster and RemoveCluster), so that pull collectors, edge
+// sessions and, later, a replicated stream all write the same way. Every
+// row is a plain, serializable value.
 //
 // The package answers list, filter, paginate and facet queries and the
 // fleet's rebuild progress (Fleet: "Rebuilding indices... 35/100

@@ -2,19 +2,45 @@ package index
 
 import "context"
 
-// Sink is the only way rows enter the index. A pull collector writes to the
-// index directly; an edge agent writes to a websocket client whose manager
-// side replays the same calls into the index. Keeping this the single entry
-// point is what lets the index later be fed from a replicated stream.
+// Sink is every write to the index, and the only way anything enters or
+// leaves it: a pull collector's rows and the cluster rows of its lifecycle
+// go straight to the Store; an edge's rows travel over a websocket and the
+// hub replays the same calls into the Store. Because the calls below are
+// the whole of what changes the index, a stream of them is enough to build
+// another copy of it, which is how the index is later fed from a
+// replicated stream.
 //
-// Policy rows (group RBACGroup, RBAC kinds) go through the same calls and
-// land in the RBAC tables instead of the objects table.
+// Each call is applied atomically, in one commit with its change events,
+// and is idempotent: applying the same call again changes nothing and
+// publishes nothing. The index stamps UpdatedAt of changed rows with the
+// time it observed the change; callers leave it zero.
+//
+// Policy rows (group RBACGroup, RBAC kinds) go through the same row calls
+// and land in the RBAC tables instead of the objects table.
 type Sink interface {
+	RowSink
+	// UpsertBatch adds or changes many rows in one commit, as Upsert does
+	// each one. An invalid row fails the whole batch before anything is
+	// written. Edge deltas arrive this way.
+	UpsertBatch(ctx context.Context, rows []Object) error
+	// UpsertCluster adds or changes a cluster row (its connection state,
+	// labels and metadata). connection.Manager and edge.Hub write it on
+	// every state transition; a row equal to the stored one publishes
+	// nothing.
+	UpsertCluster(ctx context.Context, c Cluster) error
+	// RemoveCluster removes a cluster: its row, every object and policy
+	// row, and its kinds. Removing an unknown cluster is not an error.
+	RemoveCluster(ctx context.Context, name string) error
+}
+
+// RowSink is the part of Sink that carries one cluster's collected kinds:
+// rows and kind errors. It is what a collector writes, and what an edge's
+// buffer implements to carry a collector's writes to the manager.
+type RowSink interface {
 	// Replace atomically sets the full list of objects of one kind in one
 	// cluster: rows not in the list are deleted. Rows equal to the stored
 	// ones (ignoring UpdatedAt and ResourceVersion) keep their UpdatedAt
-	// and produce no change events. The index sets UpdatedAt of changed
-	// rows to the time it observed the change; callers leave it zero. It records the kind as present on the
+	// and produce no change events. It records the kind as present on the
 	// cluster and clears any error reported for it.
 	Replace(ctx context.Context, cluster string, kind Kind, rows []Object) error
 	// Upsert adds or changes one row. As with Replace, an unchanged row
@@ -27,3 +53,5 @@ type Sink interface {
 	// are kept as last known. A later successful Replace clears it.
 	ReportKindError(ctx context.Context, cluster string, kind Kind, err error) error
 }
+
+var _ Sink = (*Store)(nil)

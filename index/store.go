@@ -13,7 +13,7 @@ import (
 // clusters, kinds and RBAC rows, secondary indexes for queries (objIndex),
 // and a change feed.
 //
-// Concurrency: every write (Sink calls, cluster calls) takes the write lock,
+// Concurrency: every write (a Sink call) takes the write lock,
 // applies the objIndex changes and, when it touches a memdb table, one
 // memdb write transaction, commits, and appends its events to the feed, so
 // a change is visible to queries and subscribers at the same sequence

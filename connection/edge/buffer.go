@@ -38,7 +38,7 @@ type kindRows struct {
 	failing bool
 }
 
-// buffer is the edge's index.Sink: the collector writes into it, and the
+// buffer is the edge's index.RowSink: the collector writes into it, and the
 // session sends what it holds to the manager.
 //
 // It keeps the latest row of every object of the local cluster (what a
@@ -52,7 +52,7 @@ type kindRows struct {
 // connected nothing is tracked at all: every session starts with a full
 // snapshot.
 //
-// Concurrency: the collector's goroutines call the Sink methods and
+// Concurrency: the collector's goroutines call the RowSink methods and
 // kindFailed; one session goroutine calls the take methods. Everything is
 // guarded by mu; wake (capacity 1, never closed) tells the session that
 // something changed.
@@ -75,7 +75,7 @@ type buffer struct {
 	overflows atomic.Uint64
 }
 
-var _ index.Sink = (*buffer)(nil)
+var _ index.RowSink = (*buffer)(nil)
 
 func newBuffer(cluster string, maxDirty int) *buffer {
 	return &buffer{
@@ -146,7 +146,7 @@ func sameRow(a, b *index.Object) bool {
 	return a.ResourceVersion != "" && a.ResourceVersion == b.ResourceVersion && a.UID == b.UID
 }
 
-// Replace implements index.Sink.
+// Replace implements index.RowSink.
 func (b *buffer) Replace(_ context.Context, cluster string, kind index.Kind, rows []index.Object) error {
 	if err := b.checkCluster(cluster); err != nil {
 		return err
@@ -183,7 +183,7 @@ func (b *buffer) Replace(_ context.Context, cluster string, kind index.Kind, row
 	return nil
 }
 
-// Upsert implements index.Sink.
+// Upsert implements index.RowSink.
 func (b *buffer) Upsert(_ context.Context, row index.Object) error {
 	if err := b.checkCluster(row.Cluster); err != nil {
 		return err
@@ -201,7 +201,7 @@ func (b *buffer) Upsert(_ context.Context, row index.Object) error {
 	return nil
 }
 
-// Delete implements index.Sink.
+// Delete implements index.RowSink.
 func (b *buffer) Delete(_ context.Context, key index.Key) error {
 	if err := b.checkCluster(key.Cluster); err != nil {
 		return err
@@ -216,7 +216,7 @@ func (b *buffer) Delete(_ context.Context, key index.Key) error {
 	return nil
 }
 
-// ReportKindError implements index.Sink.
+// ReportKindError implements index.RowSink.
 func (b *buffer) ReportKindError(_ context.Context, cluster string, kind index.Kind, kerr error) error {
 	if err := b.checkCluster(cluster); err != nil {
 		return err

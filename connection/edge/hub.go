@@ -59,19 +59,6 @@ const (
 	maxMetadataLen = 1024
 )
 
-// Store is what a Hub writes: rows through the Sink operations, and the
-// cluster row. *index.Store implements it. If it also has
-// UpsertBatch(ctx, []index.Object) error, deltas use it.
-type Store interface {
-	index.Sink
-	UpsertCluster(ctx context.Context, c index.Cluster) error
-}
-
-// batchUpserter is the optional batch write of a Store.
-type batchUpserter interface {
-	UpsertBatch(ctx context.Context, rows []index.Object) error
-}
-
 // RESTConfigSource is what graph.LeafClients asks for; the Hub answers for
 // push-mode clusters and hands other clusters to a fallback (the pull
 // manager).
@@ -81,7 +68,9 @@ type RESTConfigSource interface {
 
 // HubOptions configures a Hub. Store and Tokens are required.
 type HubOptions struct {
-	Store  Store
+	// Store receives the edges' rows and their clusters' rows; the hub
+	// only writes it (a *index.Store).
+	Store  index.Sink
 	Tokens Tokens
 	// Grace, MaxMessageBytes, MaxSnapshotBytes, Window, HelloTimeout,
 	// PingInterval and PongWait default to the constants above.

@@ -388,15 +388,9 @@ func (s *session) applyDelta(ctx context.Context, d *Delta) error {
 		}
 	}
 	store := s.h.opts.Store
-	if b, ok := store.(batchUpserter); ok && len(rows) > 0 {
-		if err := b.UpsertBatch(ctx, rows); err != nil {
+	if len(rows) > 0 {
+		if err := store.UpsertBatch(ctx, rows); err != nil {
 			return sinkError(err)
-		}
-	} else {
-		for _, r := range rows {
-			if err := store.Upsert(ctx, r); err != nil {
-				return sinkError(err)
-			}
 		}
 	}
 	for _, k := range d.Deletes {
