@@ -57,7 +57,7 @@ test-testenv:
 
 # cmd/fleetbench is a module of its own, so that the drivers and the
 # plotting library of the comparison stay out of the root go.mod.
-test-fleetbench:
+test-fleetbench: bench-servers
 	cd cmd/fleetbench && $(GO) vet ./... && $(GO) test -race ./...
 
 .PHONY: ui test-ui

@@ -112,6 +112,7 @@ type compareOptions struct {
 	report     string
 	chart      string
 	verbose    bool
+	rss0       int64 // the process's RSS before any store was loaded
 }
 
 // runCompare is fleetbench compare: see the package doc and BENCHMARKS.md.
@@ -139,6 +140,10 @@ func runCompare(ctx context.Context, args []string) error {
 		}
 		o.sizes = append(o.sizes, n)
 	}
+	// Ascending, so that each size's peak RSS is its own: the process's
+	// peak only grows (see fleetgraphPeer.size).
+	slices.Sort(o.sizes)
+	o.rss0, _, _ = procRSS(os.Getpid())
 	o.stores = map[string]bool{}
 	for _, s := range strings.Split(*stores, ",") {
 		if !slices.Contains(allStores, s) {
@@ -152,12 +157,12 @@ func runCompare(ctx context.Context, args []string) error {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		// PostgreSQL runs as its own user when fleetbench runs as root,
-		// and must reach its data directory inside.
-		if err := os.Chmod(dir, 0o755); err != nil {
-			return err
-		}
 		o.workDir = dir
+	}
+	// PostgreSQL runs as its own user when fleetbench runs as root, and
+	// must reach its data directory inside.
+	if err := errors.Join(os.MkdirAll(o.workDir, 0o755), os.Chmod(o.workDir, 0o755)); err != nil {
+		return err
 	}
 	rep := &report{args: args, started: time.Now(), loadStart: loadAverage()}
 	for _, n := range o.sizes {
@@ -235,7 +240,7 @@ func compareSize(ctx context.Context, o compareOptions, n int) (*sizeResult, err
 	q6b := newScope("q6b", f, f.Clusters, 200)
 	wls := workloads(f, q6a, q6b)
 
-	ref := newFleetgraph(q6a, q6b)
+	ref := newFleetgraph(o.rss0, q6a, q6b)
 	var pg *pgServer
 	if o.stores["postgres_typed"] || o.stores["postgres_jsonb"] {
 		var err error

@@ -165,8 +165,10 @@ var pgTyped = pgQueries{
   WHERE kind = $1 AND status = $2
     AND (cluster, namespace) IN (SELECT * FROM unnest($3::text[], $4::text[])) AND kind = ANY($5)
   ORDER BY name, cluster, grp, kind, namespace LIMIT $6`,
-	update: `UPDATE objects SET status = $6, message = $7, labels = $8, rv = $9, updated_at = now()
-  WHERE cluster = $1 AND grp = $2 AND kind = $3 AND namespace = $4 AND name = $5`,
+	update: `UPDATE objects o SET status = u.status, message = u.message, labels = string_to_array(u.labels, ','), rv = u.rv, updated_at = now()
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[])
+    AS u(cluster, grp, kind, namespace, name, status, message, labels, rv)
+  WHERE (o.cluster, o.grp, o.kind, o.namespace, o.name) = (u.cluster, u.grp, u.kind, u.namespace, u.name)`,
 }
 
 // The JSONB design, as stolostron's search-indexer stores rows: uid,
@@ -196,7 +198,7 @@ var pgJSONB = pgQueries{
 	q6: `SELECT uid, cluster, data FROM resources WHERE data @> $1
     AND (cluster, data->>'namespace') IN (SELECT * FROM unnest($2::text[], $3::text[])) AND data->>'kind' = ANY($4)
   ORDER BY data->>'name', cluster, data->>'apigroup', data->>'kind', data->>'namespace' LIMIT $5`,
-	update: `UPDATE resources SET data = $2 WHERE uid = $1`,
+	update: `UPDATE resources r SET data = u.data FROM unnest($1::text[], $2::jsonb[]) AS u(uid, data) WHERE r.uid = u.uid`,
 }
 
 func newPostgres(ctx context.Context, name string, srv *pgServer) (*postgresPeer, error) {
@@ -413,20 +415,35 @@ func (p *postgresPeer) facets(ctx context.Context) (facetCounts, error) {
 	return out, rows.Err()
 }
 
-// update sends one batch of UPDATEs by primary key, one round trip.
+// update applies a batch as one UPDATE joined to the batch's rows
+// (unnest of array parameters): one statement, one round trip.
 func (p *postgresPeer) update(ctx context.Context, objs []index.Object) error {
-	b := &pgx.Batch{}
-	for i := range objs {
-		o := &objs[i]
-		if p.jsonb {
-			doc, err := json.Marshal(docOf(o))
+	if p.jsonb {
+		uids, docs := make([]string, len(objs)), make([][]byte, len(objs))
+		for i := range objs {
+			doc, err := json.Marshal(docOf(&objs[i]))
 			if err != nil {
 				return err
 			}
-			b.Queue(p.sql.update, o.UID, doc)
-		} else {
-			b.Queue(p.sql.update, o.Cluster, o.Group, o.Kind, o.Namespace, o.Name, string(o.Status), o.Message, labelList(o.Labels), o.ResourceVersion)
+			uids[i], docs[i] = objs[i].UID, doc
+		}
+		_, err := p.wconn.Exec(ctx, p.sql.update, uids, docs)
+		return err
+	}
+	cols := make([][]string, 9)
+	for i := range cols {
+		cols[i] = make([]string, len(objs))
+	}
+	for i := range objs {
+		o := &objs[i]
+		for c, v := range []string{o.Cluster, o.Group, o.Kind, o.Namespace, o.Name, string(o.Status), o.Message, strings.Join(labelList(o.Labels), ","), o.ResourceVersion} {
+			cols[c][i] = v
 		}
 	}
-	return p.wconn.SendBatch(ctx, b).Close()
+	args := make([]any, len(cols))
+	for i := range cols {
+		args[i] = cols[i]
+	}
+	_, err := p.wconn.Exec(ctx, p.sql.update, args...)
+	return err
 }

@@ -10,6 +10,7 @@ import (
 	"os/user"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -23,6 +24,13 @@ type daemon struct {
 	done chan error
 	log  *os.File
 }
+
+// started lists the process ids of every daemon started, for tests that
+// check none is left.
+var (
+	startedMu sync.Mutex
+	started   []int
+)
 
 // startDaemon starts argv as user (empty: the current user) with its output
 // in logPath.
@@ -38,6 +46,9 @@ func startDaemon(name, logPath string, cred *syscall.Credential, argv ...string)
 		return nil, errors.Join(fmt.Errorf("starting %s: %w", name, err), log.Close())
 	}
 	d := &daemon{name: name, cmd: cmd, done: make(chan error, 1), log: log}
+	startedMu.Lock()
+	started = append(started, cmd.Process.Pid)
+	startedMu.Unlock()
 	go func() { d.done <- cmd.Wait() }()
 	return d, nil
 }

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// TestCompareSmall runs the whole comparison on a 10,000-object fleet with
+// every store: real PostgreSQL and Redis servers started by the harness
+// (make test installs them through bench-servers), SQLite and fleetgraph
+// over HTTP. Each store's answers are checked against fleetgraph's inside
+// the run, so a wrong schema or query fails here. Afterwards the report
+// and chart exist, and no server process is left.
+func TestCompareSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and Redis")
+	}
+	// Not t.TempDir: its parent is private, and PostgreSQL runs as its
+	// own user when the test runs as root.
+	dir, err := os.MkdirTemp("", "fleetbench-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	report, chart := filepath.Join(dir, "BENCHMARKS.md"), filepath.Join(dir, "chart.png")
+	err = runCompare(context.Background(), []string{
+		"-sizes", "10000", "-iterations", "20", "-budget", "50ms", "-churn-rate", "2000", "-churn-duration", "300ms",
+		"-dir", filepath.Join(dir, "data"), "-report", report, "-chart", chart,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"## 10000 objects", "| Q6b |", "### postgres_jsonb", "### redis", "| sqlite |"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if st, err := os.Stat(chart); err != nil || st.Size() < 1000 {
+		t.Errorf("chart: %v", err)
+	}
+	startedMu.Lock()
+	pids := slices.Clone(started)
+	startedMu.Unlock()
+	if len(pids) < 2 {
+		t.Errorf("started %d servers, want PostgreSQL and Redis", len(pids))
+	}
+	for _, pid := range pids {
+		// Reaped children are gone; the group is checked too, for the
+		// processes PostgreSQL starts.
+		if err := syscall.Kill(-pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("process group %d is still there (%v)", pid, err)
+		}
+	}
+	if left := processesUnder(t, dir); len(left) > 0 {
+		t.Errorf("processes left running: %s", strings.Join(left, "; "))
+	}
+}
+
+// processesUnder lists the command lines of processes that name dir.
+func processesUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if cmd := strings.ReplaceAll(string(b), "\x00", " "); strings.Contains(cmd, dir) {
+			out = append(out, cmd)
+		}
+	}
+	return out
+}
