@@ -174,8 +174,14 @@ func New(cfg Config) (*Server, error) {
 // Handler serves the API: /graphql (POST and websocket), the dashboard at /,
 // GraphiQL at /graphiql, /healthz, /readyz (ready once every source has
 // listed once and every cluster has synced or reported an error) and
-// /metrics, and /edge for edge agents when EdgeTokens is set.
+// /metrics (fleet admins only; see MetricsHandler), and /edge for edge
+// agents when EdgeTokens is set.
 func (s *Server) Handler() http.Handler { return s.root }
+
+// MetricsHandler serves /metrics without authentication, for a listener
+// only scrapers reach; on Handler, /metrics is for fleet admins only,
+// because its labels name every cluster.
+func (s *Server) MetricsHandler() http.Handler { return s.handler.MetricsHandler() }
 
 // Edges is the push-mode hub, nil without EdgeTokens.
 func (s *Server) Edges() *edge.Hub { return s.edges }

@@ -9,7 +9,7 @@
 //	GET  /graphql   websocket: graphql-transport-ws, or legacy graphql-ws,
 //	                with the token in the connection_init payload
 //	GET  /          the dashboard (package ui), GraphiQL at /graphiql
-//	GET  /healthz, /readyz, /metrics
+//	GET  /healthz, /readyz, /metrics (fleet admins; MetricsHandler for scrapers)
 //
 // Resolvers are thin: they authenticate the viewer (authz authenticators),
 // take the viewer's access set from authz, and delegate to the index for

@@ -22,7 +22,9 @@ const (
 	// CodeUnauthenticated: no credentials, or credentials that no
 	// authenticator accepted (HTTP 401; websocket close 4403).
 	CodeUnauthenticated = "UNAUTHENTICATED"
-	// CodeForbidden: the leaf cluster denied the viewer (object(...)).
+	// CodeForbidden: the leaf cluster denied the viewer (object(...)), the
+	// cluster does not exist or the viewer may see nothing in it (the two
+	// answer alike), or a non-admin asked for /metrics (HTTP 403).
 	CodeForbidden = "FORBIDDEN"
 	// CodeImpersonationDenied: fleetgraph's own credentials for a cluster
 	// lack the impersonate verb, so object(...) cannot act as the viewer.

@@ -482,10 +482,14 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-// get fetches a path and returns the body, failing on a non-200 answer.
+// get fetches a path as a fleet admin (root) and returns the body, failing
+// on a non-200 answer.
 func (f *fixture) get(path string) string {
 	f.t.Helper()
-	resp, err := http.Get(f.srv.URL + path)
+	req, err := http.NewRequest(http.MethodGet, f.srv.URL+path, nil)
+	must(f.t, err)
+	req.Header.Set("Authorization", "Bearer "+f.tokens["root"])
+	resp, err := http.DefaultClient.Do(req)
 	must(f.t, err)
 	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)

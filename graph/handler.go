@@ -31,7 +31,9 @@ import (
 //	GET  /assets/...   the pages' embedded scripts and styles
 //	GET  /healthz      liveness: the process serves HTTP
 //	GET  /readyz       readiness: Options.Ready
-//	GET  /metrics      Prometheus metrics of Options.Registry
+//	GET  /metrics      Prometheus metrics of Options.Registry, for fleet
+//	                   admins only (their labels name every cluster); serve
+//	                   MetricsHandler on a separate listener for scrapers
 //
 // It is an http.Handler, so a program can mount it as is or under its own
 // mux. Close ends subscriptions and websockets; http.Server.Shutdown does
@@ -42,6 +44,7 @@ type Handler struct {
 	hub     *hub
 	fast    *fastPath // nil when an extension intercepts fields
 	metrics *metrics
+	scrape  http.Handler // /metrics without authentication
 	log     *slog.Logger
 	mux     *http.ServeMux
 
@@ -116,7 +119,8 @@ func NewHandler(opts Options) (*Handler, error) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", h.readyz)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{Registry: opts.Registry}))
+	h.scrape = promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{Registry: opts.Registry})
+	mux.Handle("GET /metrics", h.requireAuth(h.adminOnly(h.scrape)))
 	if !opts.DisableDashboard || !opts.DisableGraphiQL {
 		pages, err := ui.NewHandler()
 		if err != nil {
@@ -174,6 +178,30 @@ func (h *Handler) endpoint(srv *handler.Server) http.Handler {
 			return
 		}
 		post.ServeHTTP(w, r)
+	})
+}
+
+// MetricsHandler serves the Prometheus metrics of Options.Registry without
+// authentication, for a listener of its own that only scrapers reach
+// (fleetgraph serve --metrics-listen). Its labels name every cluster of the
+// fleet and their states, which /metrics on the API listener shows to
+// fleet admins only.
+func (h *Handler) MetricsHandler() http.Handler { return h.scrape }
+
+// adminOnly lets fleet admins through and answers everyone else with 403:
+// what it guards describes the whole fleet.
+func (h *Handler) adminOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, err := viewerFrom(r.Context())
+		if err != nil {
+			writeHTTPError(w, http.StatusUnauthorized, CodeUnauthenticated, "authentication required")
+			return
+		}
+		if !v.admin {
+			writeHTTPError(w, http.StatusForbidden, CodeForbidden, "only fleet admins may read /metrics on this listener")
+			return
+		}
+		next.ServeHTTP(w, r)
 	})
 }
 

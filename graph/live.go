@@ -33,6 +33,11 @@ func (s *service) object(ctx context.Context, cluster, kind string, namespace *s
 	if err != nil {
 		return nil, err
 	}
+	if !s.clusterVisible(v, cluster) {
+		// Before anything else looks at the cluster: a made-up cluster
+		// and a real one the viewer sees nothing in answer the same.
+		return nil, errNoCluster(cluster)
+	}
 	k, err := resolveKind(s.store.Kinds(cluster), cluster, kind)
 	if err != nil {
 		return nil, err
@@ -85,6 +90,12 @@ func (s *service) object(ctx context.Context, cluster, kind string, namespace *s
 		Manifest:        model.JSON(manifest),
 		FetchedAt:       s.now().UTC(),
 	}, nil
+}
+
+// errNoCluster answers a live read in a cluster that does not exist or in
+// which the viewer may see nothing; the two are indistinguishable.
+func errNoCluster(cluster string) error {
+	return newError(CodeForbidden, nil, "cluster %q does not exist or you may see nothing in it", cluster).with("cluster", cluster)
 }
 
 // impersonation is the viewer as the leaf should see them. Only the user

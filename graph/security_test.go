@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -167,9 +169,32 @@ func TestEndpoints(t *testing.T) {
 	}
 	f.assertAlive()
 	f.post("", `{ viewer { username } }`, nil)
-	code, body := get("/metrics")
-	if code != 200 {
-		t.Fatalf("/metrics %d", code)
+	// /metrics names every cluster: on the API listener only fleet admins
+	// read it; the scrape handler for a listener of its own needs nothing.
+	body := f.get("/metrics")
+	scrape := httptest.NewServer(f.h.MetricsHandler())
+	defer scrape.Close()
+	resp, err := http.Get(scrape.URL)
+	must(t, err)
+	scraped, err := io.ReadAll(resp.Body)
+	must(t, err)
+	_ = resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(scraped), `fleetgraph_clusters{state="CONNECTED"} 2`) {
+		t.Errorf("MetricsHandler: %d %.200s", resp.StatusCode, scraped)
+	}
+	for _, tc := range []struct {
+		user     string
+		wantCode int
+	}{{"", 401}, {"alice", 403}, {"admin", 403}} {
+		req, err := http.NewRequest(http.MethodGet, f.srv.URL+"/metrics", nil)
+		must(t, err)
+		if tc.user != "" {
+			req.Header.Set("Authorization", "Bearer "+f.tokens[tc.user])
+		}
+		code, b := f.send(req)
+		if code != tc.wantCode || strings.Contains(string(b), "east") {
+			t.Errorf("/metrics as %q: %d %s; want %d and no cluster names", tc.user, code, b, tc.wantCode)
+		}
 	}
 	for _, want := range []string{
 		`fleetgraph_clusters{state="CONNECTED"} 2`,

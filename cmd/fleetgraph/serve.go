@@ -30,6 +30,7 @@ import (
 // serveFlags are the flags of `fleetgraph serve`; demo reuses them.
 type serveFlags struct {
 	listen            string
+	metricsListen     string
 	kubeconfig        string
 	contexts          []string
 	clusterLabels     []string
@@ -64,6 +65,7 @@ type serveFlags struct {
 func (f *serveFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", ":8080", "address to serve the API on")
+	fl.StringVar(&f.metricsListen, "metrics-listen", "", "also serve /metrics without authentication on this address, for scrapers (on --listen, /metrics is for --admin-group members only: its labels name every cluster)")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig whose contexts are the clusters (default $KUBECONFIG or ~/.kube/config)")
 	fl.StringSliceVar(&f.contexts, "context", nil, "collect only these contexts (repeatable; default every context)")
 	fl.StringArrayVar(&f.clusterLabels, "cluster-label", nil, "label the clusters of kubeconfig contexts: [CONTEXT:]KEY=VALUE, for every context without CONTEXT: (repeatable)")
@@ -160,9 +162,29 @@ func serve(ctx context.Context, f *serveFlags, specs []connection.Spec) error {
 		go func() { tokens.Run(ctx); errs <- nil }()
 	}
 
+	var metricsServer *http.Server
+	if f.metricsListen != "" {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", srv.MetricsHandler())
+		metricsServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		mln, err := net.Listen("tcp", f.metricsListen)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", f.metricsListen, err)
+		}
+		slog.Info("serving metrics", "url", "http://"+mln.Addr().String()+"/metrics")
+		go func() {
+			if err := metricsServer.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
+				cancel()
+				slog.Error("metrics server failed", "err", err)
+			}
+		}()
+	}
 	httpServer := &http.Server{Addr: f.listen, Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
+		if metricsServer != nil {
+			_ = metricsServer.Close()
+		}
 		return fmt.Errorf("listen on %s: %w", f.listen, err)
 	}
 	scheme := "http"
@@ -197,7 +219,11 @@ func serve(ctx context.Context, f *serveFlags, specs []connection.Spec) error {
 	}
 	shutdownCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
 	defer done()
-	return errors.Join(runErr, httpServer.Shutdown(shutdownCtx))
+	err = httpServer.Shutdown(shutdownCtx)
+	if metricsServer != nil {
+		err = errors.Join(err, metricsServer.Shutdown(shutdownCtx))
+	}
+	return errors.Join(runErr, err)
 }
 
 // The authenticators --allow-system-names may name.

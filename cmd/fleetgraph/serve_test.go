@@ -61,16 +61,11 @@ func TestServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
+	addr, metricsAddr := freeAddr(t), freeAddr(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	f := serveFlags{listen: addr, tokensFile: tokens, adminGroups: []string{"ops"}, relist: 30 * time.Second}
+	f := serveFlags{listen: addr, metricsListen: metricsAddr, tokensFile: tokens, adminGroups: []string{"ops"}, relist: 30 * time.Second}
 	go func() { done <- serve(ctx, &f, specs) }()
 	t.Cleanup(func() {
 		cancel()
@@ -135,4 +130,48 @@ func TestServe(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("/readyz %d after the first sync", resp.StatusCode)
 	}
+
+	// /metrics names the clusters: scrapers read it on --metrics-listen,
+	// and on --listen only --admin-group members do.
+	get := func(url, token string) (int, string) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		return resp.StatusCode, b.String()
+	}
+	const clusterLabel = `cluster="served"`
+	if code, body := get("http://"+metricsAddr+"/metrics", ""); code != http.StatusOK || !strings.Contains(body, clusterLabel) {
+		t.Errorf("--metrics-listen: %d, %d bytes, cluster label present: %v", code, len(body), strings.Contains(body, clusterLabel))
+	}
+	for _, tc := range []struct {
+		token string
+		want  int
+	}{{"", http.StatusUnauthorized}, {"nobody-token", http.StatusForbidden}, {"admin-token", http.StatusOK}} {
+		code, body := get("http://"+addr+"/metrics", tc.token)
+		if code != tc.want || (code != http.StatusOK && strings.Contains(body, "served")) {
+			t.Errorf("/metrics on --listen with token %q: %d %.200s; want %d", tc.token, code, body, tc.want)
+		}
+	}
+}
+
+// freeAddr returns a loopback address with a port nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String()
 }
