@@ -95,7 +95,7 @@ func (s *service) object(ctx context.Context, cluster, kind string, namespace *s
 // errNoCluster answers a live read in a cluster that does not exist or in
 // which the viewer may see nothing; the two are indistinguishable.
 func errNoCluster(cluster string) error {
-	return newError(CodeForbidden, nil, "cluster %q does not exist or you may see nothing in it", cluster).with("cluster", cluster)
+	return newError(CodeForbidden, nil, "cluster %q does not exist or you may see nothing in it", cluster).with("cluster", cluster).with("status", 403)
 }
 
 // impersonation is the viewer as the leaf should see them. Only the user
