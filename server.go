@@ -60,6 +60,9 @@ type Config struct {
 	Authz authz.Options
 	// AdminGroups see everything in every cluster.
 	AdminGroups []string
+	// DisableDetails turns off live object details (Query.object), so
+	// fleetgraph's credentials need not impersonate viewers in the leaves.
+	DisableDetails bool
 	// Graph configures the API: limits, websocket, introspection. Its
 	// Store, Authorizer, Authenticator, LeafClients, Registry, Logger and
 	// Ready are set by New.
@@ -97,14 +100,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
-	registry := collector.NewRegistry()
-	if err := registry.Restrict(cfg.Kinds); err != nil {
-		return nil, fmt.Errorf("fleetgraph: kinds: %w", err)
-	}
-	for _, k := range cfg.ExtraKinds {
-		if err := registry.AddGVK(k); err != nil {
-			return nil, fmt.Errorf("fleetgraph: extra kinds: %w", err)
-		}
+	registry, err := collector.RegistryFor(cfg.Kinds, cfg.ExtraKinds)
+	if err != nil {
+		return nil, fmt.Errorf("fleetgraph: %w", err)
 	}
 
 	store := index.New()
@@ -142,6 +140,9 @@ func New(cfg Config) (*Server, error) {
 	gopts := cfg.Graph
 	gopts.Store, gopts.Authorizer, gopts.Authenticator = store, az, cfg.Authenticator
 	gopts.LeafClients, gopts.AdminGroups = leaf, cfg.AdminGroups
+	if cfg.DisableDetails {
+		gopts.LeafClients = nil
+	}
 	gopts.Registry, gopts.Logger = cfg.Registry, cfg.Logger
 	// Ready once every source has listed once and every cluster has
 	// synced or reported why it cannot.

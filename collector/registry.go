@@ -60,6 +60,22 @@ func NewRegistry() *Registry {
 	return r
 }
 
+// RegistryFor returns the default registry restricted to kinds (none: all)
+// and with extraKinds ("group/version/Kind") added, as the --kinds and
+// --extra-kinds flags say.
+func RegistryFor(kinds, extraKinds []string) (*Registry, error) {
+	r := NewRegistry()
+	if err := r.Restrict(kinds); err != nil {
+		return nil, fmt.Errorf("kinds: %w", err)
+	}
+	for _, k := range extraKinds {
+		if err := r.AddGVK(k); err != nil {
+			return nil, fmt.Errorf("extra kinds: %w", err)
+		}
+	}
+	return r, nil
+}
+
 // Adapters returns the registry's adapters in order.
 func (r *Registry) Adapters() []*Adapter { return r.adapters }
 

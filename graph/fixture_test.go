@@ -116,7 +116,8 @@ func seedCluster(t testing.TB, s *index.Store, name string, state index.Connecti
 	ctx := context.Background()
 	must(t, s.UpsertCluster(ctx, index.Cluster{
 		Name: name, Mode: index.ModePull, State: state, Since: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
-		Synced: synced, Labels: map[string]string{"region": name}, LastError: map[bool]string{true: "", false: "dial tcp: connection refused"}[state != index.StateDisconnected],
+		LastSeen: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+		Synced:   synced, Labels: map[string]string{"region": name}, LastError: map[bool]string{true: "", false: "dial tcp: connection refused"}[state != index.StateDisconnected],
 	}))
 	var pods, svcs, kss, nss []index.Object
 	for _, ns := range testNamespaces[name] {

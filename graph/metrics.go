@@ -95,7 +95,7 @@ func newMetrics(reg prometheus.Registerer, store *index.Store) (*metrics, error)
 	}
 	for _, c := range []prometheus.Collector{
 		m.operations, m.latency, m.active, m.started, m.ended, delivered, dropped, catchUps, m.fanout,
-		m.authFailures, m.httpRejected, m.wsConnections, &clusterCollector{store: store, desc: clusterStateDesc()},
+		m.authFailures, m.httpRejected, m.wsConnections, newClusterCollector(store),
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("graph: registering metrics: %w", err)
@@ -121,19 +121,36 @@ func (m *metrics) subscribers(n int)         { m.fanout.Set(float64(n)) }
 func (m *metrics) rejected(reason string)    { m.httpRejected.WithLabelValues(reason).Inc() }
 func (m *metrics) wsConnected(delta float64) { m.wsConnections.Add(delta) }
 
-// clusterCollector reports fleetgraph_clusters{state} from the index at
-// scrape time, so the gauge can never drift from the cluster rows.
+// clusterCollector reports the cluster rows at scrape time, so the gauges
+// can never drift from them: fleetgraph_clusters{state}, and per cluster
+// fleetgraph_cluster_up (1 while CONNECTED or DEGRADED: its rows are live)
+// and fleetgraph_cluster_last_seen_timestamp_seconds (its rows are as of
+// then), which the chart's alerts for lost clusters and stale data use.
 type clusterCollector struct {
-	store *index.Store
-	desc  *prometheus.Desc
+	store                  *index.Store
+	desc, up, seen, errors *prometheus.Desc
 }
 
-func clusterStateDesc() *prometheus.Desc {
-	return prometheus.NewDesc("fleetgraph_clusters", "Member clusters by connection state.", []string{"state"}, nil)
+func newClusterCollector(store *index.Store) *clusterCollector {
+	return &clusterCollector{
+		store: store,
+		desc:  prometheus.NewDesc("fleetgraph_clusters", "Member clusters by connection state.", []string{"state"}, nil),
+		up: prometheus.NewDesc("fleetgraph_cluster_up",
+			"1 while the cluster is CONNECTED or DEGRADED (its rows are live), 0 while its rows are last-known state.", []string{"cluster"}, nil),
+		seen: prometheus.NewDesc("fleetgraph_cluster_last_seen_timestamp_seconds",
+			"When the cluster last answered (Unix time); its rows are at least this fresh.", []string{"cluster"}, nil),
+		errors: prometheus.NewDesc("fleetgraph_cluster_kind_errors",
+			"Kinds of the cluster that fail to collect now.", []string{"cluster"}, nil),
+	}
 }
 
 // Describe implements prometheus.Collector.
-func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.desc
+	ch <- c.up
+	ch <- c.seen
+	ch <- c.errors
+}
 
 // Collect implements prometheus.Collector.
 func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
@@ -146,6 +163,15 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 			st = index.StateConnecting
 		}
 		counts[st]++
+		up := 0.0
+		if !cl.Stale() {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up, cl.Name)
+		if !cl.LastSeen.IsZero() {
+			ch <- prometheus.MustNewConstMetric(c.seen, prometheus.GaugeValue, float64(cl.LastSeen.UnixNano())/1e9, cl.Name)
+		}
+		ch <- prometheus.MustNewConstMetric(c.errors, prometheus.GaugeValue, float64(len(c.store.KindErrors(nil, cl.Name))), cl.Name)
 	}
 	for st, n := range counts {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), string(st))

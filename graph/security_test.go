@@ -199,6 +199,10 @@ func TestEndpoints(t *testing.T) {
 	for _, want := range []string{
 		`fleetgraph_clusters{state="CONNECTED"} 2`,
 		`fleetgraph_clusters{state="DISCONNECTED"} 1`,
+		`fleetgraph_cluster_up{cluster="east"} 1`,
+		`fleetgraph_cluster_up{cluster="north"} 0`,
+		`fleetgraph_cluster_last_seen_timestamp_seconds{cluster="east"} 1.7672256e+09`,
+		`fleetgraph_cluster_kind_errors{cluster="west"} 0`,
 		`fleetgraph_graphql_operations_total{operation="viewer",outcome="ok",type="query"}`,
 		`fleetgraph_graphql_operation_duration_seconds_bucket{operation="viewer",type="query"`,
 		`fleetgraph_graphql_authentication_failures_total{transport="http"} 1`,

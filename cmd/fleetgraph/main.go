@@ -3,6 +3,7 @@
 //	fleetgraph serve   collect from clusters and serve the API
 //	fleetgraph edge    run next to one cluster and push its state to a manager
 //	fleetgraph demo    start local clusters, seed them, and serve them
+//	fleetgraph rbac    print the least-privilege RBAC serve or edge needs
 package main
 
 import (
@@ -46,6 +47,6 @@ func newRootCommand() *cobra.Command {
 		},
 	}
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	root.AddCommand(newServeCommand(), newEdgeCommand(), newDemoCommand())
+	root.AddCommand(newServeCommand(), newEdgeCommand(), newDemoCommand(), newRBACCommand())
 	return root
 }

@@ -29,18 +29,13 @@ import (
 
 // serveFlags are the flags of `fleetgraph serve`; demo reuses them.
 type serveFlags struct {
+	scopeFlags
 	listen            string
 	metricsListen     string
 	kubeconfig        string
 	contexts          []string
 	clusterLabels     []string
-	sourceNames       []string
 	mgmtKubeconfig    string
-	sourceNamespace   string
-	argoNamespace     string
-	providerFile      string
-	secretNamespace   string
-	secretSelector    string
 	tokensFile        string
 	edgeTokensFile    string
 	oidcIssuer        string
@@ -53,7 +48,6 @@ type serveFlags struct {
 	requestHeaderCA   string
 	tlsCert, tlsKey   string
 	adminGroups       []string
-	kinds, extraKinds []string
 	namespaces        []string
 	excludeNamespaces []string
 	relist            time.Duration
@@ -64,19 +58,13 @@ type serveFlags struct {
 
 func (f *serveFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
+	f.scopeFlags.register(fl)
 	fl.StringVar(&f.listen, "listen", ":8080", "address to serve the API on")
 	fl.StringVar(&f.metricsListen, "metrics-listen", "", "also serve /metrics without authentication on this address, for scrapers (on --listen, /metrics is for --admin-group members only: its labels name every cluster)")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig whose contexts are the clusters (default $KUBECONFIG or ~/.kube/config)")
 	fl.StringSliceVar(&f.contexts, "context", nil, "collect only these contexts (repeatable; default every context)")
 	fl.StringArrayVar(&f.clusterLabels, "cluster-label", nil, "label the clusters of kubeconfig contexts: [CONTEXT:]KEY=VALUE, for every context without CONTEXT: (repeatable)")
-	fl.StringSliceVar(&f.sourceNames, "source", nil, "where clusters come from: "+strings.Join(append([]string{sources.KubeconfigSource}, sources.Names...), ", ")+
-		" (default kubeconfig, plus secrets with --cluster-secrets-namespace)")
 	fl.StringVar(&f.mgmtKubeconfig, "management-kubeconfig", "", "kubeconfig of the management cluster the sources read (default: the cluster fleetgraph runs in)")
-	fl.StringVar(&f.sourceNamespace, "source-namespace", "", "read GitopsClusters, Cluster API Clusters and ClusterProfiles in this namespace only (default all)")
-	fl.StringVar(&f.argoNamespace, "argocd-namespace", sources.DefaultArgoCDNamespace, "namespace of Argo CD's cluster Secrets")
-	fl.StringVar(&f.providerFile, "clusterprofile-provider-file", "", "access-provider file of the clusterprofile source (the cluster inventory API's exec plugins)")
-	fl.StringVar(&f.secretNamespace, "cluster-secrets-namespace", "", "namespace of the labelled cluster Secrets of the secrets source")
-	fl.StringVar(&f.secretSelector, "cluster-secrets-selector", sources.DefaultSecretsSelector, "label selector of cluster Secrets")
 	fl.StringVar(&f.tokensFile, "tokens-file", "", "static tokens in kube-apiserver --token-auth-file CSV format")
 	fl.StringVar(&f.edgeTokensFile, "edge-tokens-file", "", "accept edge agents at /edge: one \"token,cluster\" per line (re-read when it changes)")
 	fl.StringVar(&f.oidcIssuer, "oidc-issuer", "", "OIDC issuer URL")
@@ -90,8 +78,6 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.tlsCert, "tls-cert-file", "", "serve HTTPS with this certificate")
 	fl.StringVar(&f.tlsKey, "tls-private-key-file", "", "private key of --tls-cert-file")
 	fl.StringSliceVar(&f.adminGroups, "admin-group", nil, "groups whose members see everything (repeatable)")
-	fl.StringSliceVar(&f.kinds, "kinds", nil, "collect only these kinds, e.g. Pod,Kustomization.kustomize.toolkit.fluxcd.io (RBAC kinds are always collected)")
-	fl.StringSliceVar(&f.extraKinds, "extra-kinds", nil, "collect more kinds, as group/version/Kind, e.g. apps/v1/Deployment")
 	fl.StringSliceVar(&f.namespaces, "namespaces", nil, "collect only these namespaces")
 	fl.StringSliceVar(&f.excludeNamespaces, "exclude-namespaces", nil, "do not collect these namespaces")
 	fl.DurationVar(&f.relist, "relist", 30*time.Second, "interval of the full anti-entropy relist")
@@ -146,7 +132,8 @@ func serve(ctx context.Context, f *serveFlags, specs []connection.Spec) error {
 		EdgeTokens: edgeTokens, Sources: srcs,
 		Clusters: specs, Kinds: f.kinds, ExtraKinds: f.extraKinds,
 		Namespaces: f.namespaces, ExcludeNamespaces: f.excludeNamespaces, Relist: f.relist,
-		Authenticator: authn, AdminGroups: f.adminGroups,
+		DisableDetails: f.noDetails,
+		Authenticator:  authn, AdminGroups: f.adminGroups,
 		Graph: graph.Options{DisableIntrospection: f.noIntrospection, Websocket: graph.WebsocketOptions{OriginPatterns: f.originPatterns}},
 	})
 	if err != nil {
@@ -380,11 +367,9 @@ func (f *serveFlags) sources() ([]sources.Source, error) {
 			if err != nil {
 				return nil, fmt.Errorf("--source %s: %w", name, err)
 			}
-			opts = &sources.Options{
-				Management: mgmt, Namespace: f.sourceNamespace, ArgoCDNamespace: f.argoNamespace,
-				SecretsNamespace: f.secretNamespace, SecretsSelector: f.secretSelector,
-				ProviderFile: f.providerFile, Logger: slog.Default(),
-			}
+			o := f.sourceOptions()
+			o.Management = mgmt
+			opts = &o
 		}
 		src, err := sources.New(name, *opts)
 		if err != nil {

@@ -34,12 +34,12 @@ func TestSourceFlagErrors(t *testing.T) {
 		f    serveFlags
 		want string
 	}{
-		{"unknown source", serveFlags{sourceNames: []string{"nope"}}, `unknown source "nope"`},
-		{"secrets without namespace", serveFlags{sourceNames: []string{"secrets"}}, "--cluster-secrets-namespace"},
-		{"clusterprofile without providers", serveFlags{sourceNames: []string{"clusterprofile"}}, "--clusterprofile-provider-file"},
-		{"no management cluster", serveFlags{sourceNames: []string{"capi"}}, "--management-kubeconfig"},
+		{"unknown source", serveFlags{scopeFlags: scopeFlags{sourceNames: []string{"nope"}}}, `unknown source "nope"`},
+		{"secrets without namespace", serveFlags{scopeFlags: scopeFlags{sourceNames: []string{"secrets"}}}, "--cluster-secrets-namespace"},
+		{"clusterprofile without providers", serveFlags{scopeFlags: scopeFlags{sourceNames: []string{"clusterprofile"}}}, "--clusterprofile-provider-file"},
+		{"no management cluster", serveFlags{scopeFlags: scopeFlags{sourceNames: []string{"capi"}}}, "--management-kubeconfig"},
 		{"labels without kubeconfig", serveFlags{clusterLabels: []string{"a=b"}}, "--cluster-label labels kubeconfig contexts"},
-		{"missing kubeconfig", serveFlags{sourceNames: []string{"kubeconfig"}, kubeconfig: "/nonexistent/kubeconfig"}, "/nonexistent/kubeconfig"},
+		{"missing kubeconfig", serveFlags{scopeFlags: scopeFlags{sourceNames: []string{"kubeconfig"}}, kubeconfig: "/nonexistent/kubeconfig"}, "/nonexistent/kubeconfig"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
