@@ -9,12 +9,12 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/rest"
 
 	"github.com/fleetgraph/fleetgraph/collector"
+	"github.com/fleetgraph/fleetgraph/connection/internal/clusterstate"
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/internal/retry"
 )
@@ -51,10 +51,12 @@ const signalBuffer = 256
 
 // cluster is one cluster's lifecycle.
 //
-// Concurrency: run is the only goroutine that changes state or writes the
-// cluster row. Collectors and the probe loop talk to it through signals;
-// they and their connection are owned by one session and end with its
-// context. cfg is read by other goroutines (RESTConfig) under mu.
+// Concurrency: run is the only goroutine that reports to the cluster's
+// state machine (which writes the cluster row), apart from poke reading
+// the current generation. Collectors and the probe loop talk to run
+// through signals; they and their connection are owned by one session and
+// end with its context. cfg is read by other goroutines (RESTConfig) under
+// mu.
 type cluster struct {
 	m    *Manager
 	spec Spec
@@ -63,12 +65,7 @@ type cluster struct {
 	done   chan struct{}
 
 	signals chan signal
-
-	gen atomic.Uint64 // the current connection's generation; written by run only
-
-	// Owned by run.
-	row      index.Cluster
-	lastSeen time.Time // last successful contact, written to the row lazily
+	state   *clusterstate.Machine
 
 	mu  sync.Mutex
 	cfg *rest.Config // current connection's config, nil when not connected
@@ -77,7 +74,12 @@ type cluster struct {
 func newCluster(m *Manager, spec Spec) *cluster {
 	return &cluster{
 		m: m, spec: spec, signals: make(chan signal, signalBuffer),
-		row: index.Cluster{Name: spec.Name, Labels: spec.Labels, Mode: index.ModePull},
+		state: clusterstate.New(clusterstate.Config{
+			Name: spec.Name, Labels: spec.Labels, Mode: index.ModePull, Sink: m.opts.Store, Logger: m.opts.Logger,
+			OnTransition: func(s index.ConnectionState) {
+				m.metrics.transitions.WithLabelValues(spec.Name, string(s)).Inc()
+			},
+		}),
 	}
 }
 
@@ -92,7 +94,7 @@ func (c *cluster) send(s signal) {
 
 // poke sends a signal to the current connection. If the connection is
 // lost before the signal is read, the next one ignores it.
-func (c *cluster) poke(t sigType) { c.send(signal{gen: c.gen.Load(), typ: t}) }
+func (c *cluster) poke(t sigType) { c.send(signal{gen: c.state.Generation(), typ: t}) }
 
 func (c *cluster) currentConfig() *rest.Config {
 	c.mu.Lock()
@@ -110,24 +112,24 @@ func (c *cluster) setConfig(cfg *rest.Config) {
 // until ctx ends.
 func (c *cluster) run(ctx context.Context) {
 	log := c.m.opts.Logger.With("cluster", c.spec.Name)
-	c.transition(ctx, index.StateConnecting, nil)
 	backoff := retry.New(retry.Reconnect(c.m.opts.BackoffInitial, c.m.opts.BackoffMax), nil)
+	answered := false // whether the server answered a probe just before this session
 	for ctx.Err() == nil {
-		err := c.session(ctx)
+		gen, err := c.session(ctx, answered)
 		if ctx.Err() != nil {
 			return
 		}
 		log.Warn("cluster connection lost", "err", err)
-		c.transition(ctx, index.StateDisconnected, err)
+		c.state.Lost(ctx, gen, err)
 		// Wait until the server answers again, with a fresh client
 		// each time, then start a new session (which resyncs).
 		for backoff.Wait(ctx) {
 			if err := c.reachable(ctx); err != nil {
-				c.recordError(ctx, err)
+				c.state.Lost(ctx, gen, err) // still lost: a new LastError
 				continue
 			}
 			backoff.Reset()
-			c.transition(ctx, index.StateConnecting, nil)
+			answered = true
 			break
 		}
 	}
@@ -166,18 +168,18 @@ func (c *cluster) buildConfig(ctx context.Context) (*rest.Config, func(), error)
 }
 
 // session runs one connection: it builds clients, starts the collector and
-// the probe loop, reports CONNECTED once every kind has synced, and returns
-// when the connection is lost or ctx ends.
-func (c *cluster) session(ctx context.Context) error {
-	gen := c.gen.Add(1)
+// the probe loop, reports the sync once every kind has synced, and returns
+// the connection's generation when it is lost or ctx ends.
+func (c *cluster) session(ctx context.Context, answered bool) (uint64, error) {
+	gen := c.state.Connect(ctx, answered, nil)
 	cfg, closeIdle, err := c.buildConfig(ctx)
 	if err != nil {
-		return err
+		return gen, err
 	}
 	defer closeIdle()
 	clients, err := collector.NewClients(cfg)
 	if err != nil {
-		return err
+		return gen, err
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -189,13 +191,13 @@ func (c *cluster) session(ctx context.Context) error {
 		OnEvent: func(e collector.Event) { c.send(collectorSignal(gen, e)) },
 	})
 	if err != nil {
-		return err
+		return gen, err
 	}
 	defer run.Wait() // after cancel: no write of this session outlives it
 	c.setConfig(cfg)
 	defer c.setConfig(nil)
-	c.lastSeen = time.Now()
-	c.updateMetadata(sctx, clients)
+	c.state.Seen(ctx, gen) // discovery answered
+	c.updateMetadata(sctx, gen, clients)
 
 	probeKick := make(chan struct{}, 1)
 	probeDone := make(chan struct{})
@@ -205,30 +207,26 @@ func (c *cluster) session(ctx context.Context) error {
 	}()
 	defer func() { cancel(); <-probeDone }()
 
+	// The connection has synced once every kind present at the start has
+	// listed or failed.
 	pending := map[string]bool{}
 	for _, k := range run.Present {
 		pending[k.GroupKind()] = true
 	}
-	failing := map[string]error{}
-	failures := 0
-	settle := func() {
-		if len(pending) > 0 {
-			return
-		}
-		c.row.Synced = true
-		if len(failing) > 0 {
-			c.transition(ctx, index.StateDegraded, firstError(failing))
-		} else {
-			c.transition(ctx, index.StateConnected, nil)
-		}
+	report := func(k clusterstate.KindStatus) {
+		delete(pending, k.Kind)
+		c.state.Report(ctx, gen, clusterstate.Report{Kinds: []clusterstate.KindStatus{k}, Synced: len(pending) == 0})
 	}
-	settle() // a cluster with no present kinds is synced at once
+	if len(pending) == 0 { // a cluster with no present kinds is synced at once
+		c.state.Report(ctx, gen, clusterstate.Report{Synced: true})
+	}
+	failures := 0
 
 	for {
 		var s signal
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return gen, ctx.Err()
 		case s = <-c.signals:
 		}
 		if s.gen != gen {
@@ -237,13 +235,9 @@ func (c *cluster) session(ctx context.Context) error {
 		}
 		switch s.typ {
 		case sigKindSynced:
-			delete(pending, s.kind.GroupKind())
-			delete(failing, s.kind.GroupKind())
-			settle()
+			report(clusterstate.KindStatus{Kind: s.kind.GroupKind()})
 		case sigKindFailed:
-			delete(pending, s.kind.GroupKind())
-			failing[s.kind.GroupKind()] = fmt.Errorf("%s: %w", s.kind.GroupKind(), s.err)
-			settle()
+			report(clusterstate.KindStatus{Kind: s.kind.GroupKind(), Err: s.err.Error()})
 		case sigWatchFailed:
 			select { // check the connection now rather than at the next tick
 			case probeKick <- struct{}{}:
@@ -251,18 +245,18 @@ func (c *cluster) session(ctx context.Context) error {
 			}
 		case sigProbeOK:
 			failures = 0
-			c.seen(ctx)
+			c.state.Seen(ctx, gen)
 		case sigProbeFailed:
 			failures++
 			if failures >= c.m.opts.ProbeFailures {
-				return s.err
+				return gen, s.err
 			}
 			select { // confirm at once instead of waiting a whole interval
 			case probeKick <- struct{}{}:
 			default:
 			}
 		case sigReconnect:
-			return errors.New("reconnect requested")
+			return gen, errors.New("reconnect requested")
 		}
 	}
 }
@@ -278,16 +272,6 @@ func collectorSignal(gen uint64, e collector.Event) signal {
 		s.typ = sigWatchFailed
 	}
 	return s
-}
-
-func firstError(errs map[string]error) error {
-	var first string
-	for k := range errs {
-		if first == "" || k < first {
-			first = k
-		}
-	}
-	return errs[first]
 }
 
 // probeLoop probes /readyz every interval, or at once when kicked, and
@@ -345,47 +329,8 @@ func probeReadyz(ctx context.Context, clients *collector.Clients) error {
 	return nil
 }
 
-// transition moves the cluster to a new state and writes the row. Writing
-// the same state again changes nothing and publishes nothing, so there is
-// exactly one event per transition.
-func (c *cluster) transition(ctx context.Context, state index.ConnectionState, err error) {
-	now := time.Now()
-	if c.row.State != state {
-		c.m.opts.Logger.Info("cluster state", "cluster", c.spec.Name, "from", c.row.State, "to", state)
-		c.m.metrics.transitions.WithLabelValues(c.spec.Name, string(state)).Inc()
-		c.row.State, c.row.Since = state, now
-	}
-	switch {
-	case err != nil:
-		c.row.LastError = err.Error()
-	case state == index.StateConnected:
-		c.row.LastError = ""
-	}
-	if state == index.StateConnected || state == index.StateDegraded {
-		c.lastSeen = now
-	}
-	c.row.LastSeen = c.lastSeen
-	c.write(ctx)
-}
-
-// recordError updates lastError while disconnected, without a transition.
-func (c *cluster) recordError(ctx context.Context, err error) {
-	c.row.LastError = err.Error()
-	c.write(ctx)
-}
-
-// seen records a successful probe, writing LastSeen at most every
-// lastSeenEvery.
-func (c *cluster) seen(ctx context.Context) {
-	c.lastSeen = time.Now()
-	if c.lastSeen.Sub(c.row.LastSeen) >= lastSeenEvery {
-		c.row.LastSeen = c.lastSeen
-		c.write(ctx)
-	}
-}
-
 // updateMetadata records the Kubernetes version and Istio control plane.
-func (c *cluster) updateMetadata(ctx context.Context, clients *collector.Clients) {
+func (c *cluster) updateMetadata(ctx context.Context, gen uint64, clients *collector.Clients) {
 	md := map[string]string{}
 	if v, err := clients.Discovery.ServerVersion(); err == nil {
 		md["kubernetes.version"] = v.GitVersion
@@ -395,15 +340,5 @@ func (c *cluster) updateMetadata(ctx context.Context, clients *collector.Clients
 		c.m.opts.Logger.Warn("istio detection failed", "cluster", c.spec.Name, "err", err)
 	}
 	maps.Copy(md, istio.Metadata())
-	c.row.Metadata = md
-	c.write(ctx)
-}
-
-func (c *cluster) write(ctx context.Context) {
-	row := c.row
-	row.Labels = maps.Clone(c.row.Labels)
-	row.Metadata = maps.Clone(c.row.Metadata)
-	if err := c.m.opts.Store.UpsertCluster(ctx, row); err != nil && ctx.Err() == nil {
-		c.m.opts.Logger.Error("writing cluster state failed", "cluster", c.spec.Name, "err", err)
-	}
+	c.state.Report(ctx, gen, clusterstate.Report{Metadata: md})
 }

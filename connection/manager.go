@@ -33,10 +33,6 @@ const (
 	// reconnecting; internal/retry gives the reasons for the numbers.
 	DefaultBackoffInitial = retry.PullReconnectInitial
 	DefaultBackoffMax     = retry.PullReconnectMax
-	// lastSeenEvery throttles writes of LastSeen while connected: every
-	// write is a change event, and a row per second per cluster would be
-	// noise for subscribers.
-	lastSeenEvery = 10 * time.Second
 )
 
 // Options configures a Manager.

@@ -151,6 +151,17 @@ func (c *rawClient) welcome(cluster, instance string) {
 	}
 }
 
+// synced dials the hub as an edge instance of cluster, which sends rows as
+// its first full snapshot and waits for the ack.
+func synced(t *testing.T, url, cluster, instance string, rows []index.Object) *rawClient {
+	t.Helper()
+	c := dialRaw(t, url)
+	c.welcome(cluster, instance)
+	c.send(snapshotMsg(t, 1, rows))
+	c.awaitAck(c.seq)
+	return c
+}
+
 // awaitAck reads until the ack of seq.
 func (c *rawClient) awaitAck(seq uint64) {
 	c.t.Helper()

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
 
+	"github.com/fleetgraph/fleetgraph/connection/internal/clusterstate"
 	"github.com/fleetgraph/fleetgraph/index"
 )
 
@@ -42,9 +43,6 @@ const (
 	// connection within about 15 s.
 	DefaultPingInterval = 5 * time.Second
 	DefaultPongWait     = 15 * time.Second
-	// lastSeenEvery throttles writes of LastSeen while connected: each
-	// write is a change event for subscribers.
-	lastSeenEvery = 10 * time.Second
 	// maxDetailInFlight bounds detail requests waiting on one edge, so a
 	// burst of object(...) queries cannot queue without limit behind a
 	// slow leaf.
@@ -143,9 +141,9 @@ type claim struct {
 	instance string
 	active   *session  // nil between sessions
 	released time.Time // when active became nil
-	// row is the cluster row, owned by the active session (and by nobody
-	// between sessions).
-	row index.Cluster
+	// state is the cluster's connection state: each session is one
+	// connection of it.
+	state *clusterstate.Machine
 }
 
 // Errors of RESTConfig.
@@ -326,7 +324,12 @@ func (h *Hub) acquire(s *session) error {
 		h.mu.Lock()
 		c := h.claims[cluster]
 		if c == nil {
-			c = &claim{row: index.Cluster{Name: cluster, Mode: index.ModePush}}
+			c = &claim{state: clusterstate.New(clusterstate.Config{
+				Name: cluster, Mode: index.ModePush, Sink: h.opts.Store, Logger: h.opts.Logger,
+				OnTransition: func(s index.ConnectionState) {
+					h.metrics.transitions.WithLabelValues(cluster, string(s)).Inc()
+				},
+			})}
 			h.claims[cluster] = c
 		}
 		now := time.Now()

@@ -23,10 +23,7 @@ func TestClaims(t *testing.T) {
 	const grace = 1500 * time.Millisecond
 	h := newHubHarness(t, HubOptions{Grace: grace})
 
-	first := dialRaw(t, h.url)
-	first.welcome("edge-a", "one")
-	first.send(snapshotMsg(t, 1, testRows("edge-a", 3, "1")))
-	first.awaitAck(first.seq)
+	first := synced(t, h.url, "edge-a", "one", testRows("edge-a", 3, "1"))
 	h.rec.WaitFor(t, "edge-a", index.StateConnected, 1, 5*time.Second)
 
 	dup := dialRaw(t, h.url)
@@ -51,10 +48,7 @@ func TestClaims(t *testing.T) {
 		t.Fatalf("other instance in grace: %s %+v, want a grace_period reject with retry-after", m.Type, m.Reject)
 	}
 
-	same := dialRaw(t, h.url)
-	same.welcome("edge-a", "one")
-	same.send(snapshotMsg(t, 1, testRows("edge-a", 2, "2")))
-	same.awaitAck(same.seq)
+	same := synced(t, h.url, "edge-a", "one", testRows("edge-a", 2, "2"))
 	h.rec.WaitFor(t, "edge-a", index.StateConnected, 2, 5*time.Second)
 	if got := names(t, h.store, "edge-a"); len(got) != 2 {
 		t.Fatalf("rows after the reclaim's snapshot: %v, want the 2 it sent (no leftovers)", got)
@@ -185,10 +179,7 @@ func TestBadInput(t *testing.T) {
 		})
 	}
 	// The manager survived all of it.
-	c := dialRaw(t, h.url)
-	c.welcome("edge-c", "good")
-	c.send(snapshotMsg(t, 1, testRows("edge-c", 1, "1")))
-	c.awaitAck(c.seq)
+	synced(t, h.url, "edge-c", "good", testRows("edge-c", 1, "1"))
 }
 
 type errString string
@@ -199,10 +190,7 @@ func (e errString) Error() string { return string(e) }
 // final part, which replaces the kind in one go.
 func TestSnapshotChunksAtomic(t *testing.T) {
 	h := newHubHarness(t, HubOptions{})
-	c := dialRaw(t, h.url)
-	c.welcome("edge-d", "one")
-	c.send(snapshotMsg(t, 1, testRows("edge-d", 10, "1")))
-	c.awaitAck(c.seq)
+	c := synced(t, h.url, "edge-d", "one", testRows("edge-d", 10, "1"))
 	before := names(t, h.store, "edge-d")
 
 	next := testRows("edge-d", 40, "2")[10:] // rows 10..39: all of the old ones go
@@ -255,6 +243,49 @@ func TestKindErrorsDegrade(t *testing.T) {
 	c.send(fixed)
 	c.awaitAck(c.seq)
 	h.rec.WaitFor(t, "edge-a", index.StateConnected, 2, 5*time.Second)
+}
+
+// TestOneOutageHowEverManyAttemptsFail: an edge that loses its session and
+// then keeps getting welcomed and rejected (here for rows of another
+// cluster) is one outage: one DISCONNECTED, each failed attempt only
+// updating lastError, then one CONNECTED once a session syncs again.
+func TestOneOutageHowEverManyAttemptsFail(t *testing.T) {
+	h := newHubHarness(t, HubOptions{})
+	c := synced(t, h.url, "edge-a", "one", testRows("edge-a", 3, "1"))
+	h.rec.WaitFor(t, "edge-a", index.StateConnected, 1, 5*time.Second)
+	c.conn.closeNow()
+	h.rec.WaitFor(t, "edge-a", index.StateDisconnected, 1, 5*time.Second)
+	outage, _ := h.store.GetCluster(nil, "edge-a")
+
+	for i := range 3 {
+		bad := dialRaw(t, h.url)
+		bad.welcome("edge-a", "one")
+		bad.send(&Message{Type: TypeDelta, Delta: &Delta{Upserts: rawRows(t, testRows("edge-b", 1, "9"))}})
+		bad.expectReject(ReasonWrongCluster)
+		conntest.Eventually(t, 5*time.Second, "the rejected attempt's error", func() error {
+			if row, _ := h.store.GetCluster(nil, "edge-a"); !strings.Contains(row.LastError, string(ReasonWrongCluster)) || !row.LastSeen.After(outage.LastSeen) {
+				return fmt.Errorf("attempt %d: row %+v", i+1, row)
+			}
+			return nil
+		})
+	}
+	row, _ := h.store.GetCluster(nil, "edge-a")
+	if row.State != index.StateDisconnected || !row.Since.Equal(outage.Since) || !row.Stale() {
+		t.Errorf("after failed attempts: %+v, want DISCONNECTED since %s", row, outage.Since)
+	}
+
+	synced(t, h.url, "edge-a", "one", testRows("edge-a", 2, "2"))
+	h.rec.WaitFor(t, "edge-a", index.StateConnected, 2, 5*time.Second)
+	var states []index.ConnectionState
+	for _, tr := range h.rec.Of("edge-a") {
+		states = append(states, tr.State)
+	}
+	if got, want := fmt.Sprint(states), "[CONNECTING CONNECTED DISCONNECTED CONNECTED]"; got != want {
+		t.Errorf("transitions %s, want %s", got, want)
+	}
+	if n := testutil.ToFloat64(h.hub.metrics.transitions.WithLabelValues("edge-a", string(index.StateDisconnected))); n != 1 {
+		t.Errorf("transitions metric counts %v DISCONNECTED, want 1", n)
+	}
 }
 
 func TestParseTokens(t *testing.T) {

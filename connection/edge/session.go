@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"slices"
 	"sync"
 	"time"
 
+	"github.com/fleetgraph/fleetgraph/connection/internal/clusterstate"
 	"github.com/fleetgraph/fleetgraph/index"
 )
 
@@ -19,16 +19,17 @@ var errSessionEnded = errors.New("edge session ended")
 
 // session is one welcomed edge connection on the manager.
 //
-// Concurrency: run (on the HTTP handler goroutine) applies messages, writes
-// the cluster row and acks; readLoop (its own goroutine) reads, checks
+// Concurrency: run (on the HTTP handler goroutine) applies messages,
+// reports to the cluster's state machine (which writes the cluster row) and
+// acks; readLoop (its own goroutine) reads, checks
 // sequence numbers and hands messages over through queue, whose capacity is
 // the edge's window, so it never blocks on a well-behaved edge; pingLoop
 // sends keep-alive pings. Writes of messages are serialized by writeMu;
 // pings may be written concurrently (conn allows it). end may
 // be called from any goroutine; the first error wins. run closes the
 // connection, waits for readLoop and pingLoop, fails pending detail
-// requests, writes DISCONNECTED, releases the claim, and closes done, in
-// that order.
+// requests, reports the connection lost, releases the claim, and closes
+// done, in that order.
 type session struct {
 	h        *Hub
 	conn     *conn
@@ -52,10 +53,9 @@ type session struct {
 	ended   bool
 
 	// Owned by run.
-	lastSeen time.Time
-	failing  map[kindID]string
-	snap     *pendingSnapshot
-	synced   bool
+	gen    uint64 // the connection's generation in the claim's state machine; 0 until welcomed
+	snap   *pendingSnapshot
+	synced bool // a full snapshot has been applied
 }
 
 // pendingSnapshot collects the parts of a snapshot until the final one.
@@ -76,7 +76,7 @@ func newSession(h *Hub, conn *conn, hello *Hello) *session {
 		h: h, conn: conn, hello: hello, cluster: hello.Cluster, id: id,
 		log:   h.opts.Logger.With("cluster", hello.Cluster, "instance", hello.Instance, "session", id),
 		queue: make(chan *Message, h.opts.Window), done: make(chan struct{}), stop: make(chan struct{}),
-		pending: map[uint64]chan *DetailResponse{}, failing: map[kindID]string{},
+		pending: map[uint64]chan *DetailResponse{},
 	}
 }
 
@@ -111,8 +111,7 @@ func (s *session) run(ctx context.Context) {
 	}})
 	if err == nil {
 		s.log.Info("edge session started")
-		s.claim.row.Metadata = maps.Clone(s.hello.Metadata)
-		s.transition(ctx, index.StateConnecting, nil)
+		s.gen = s.claim.state.Connect(ctx, true, s.helloMetadata())
 		readDone := make(chan struct{})
 		go func() {
 			defer close(readDone)
@@ -148,8 +147,8 @@ func (s *session) run(ctx context.Context) {
 	} else {
 		s.log.Warn("edge session ended", "err", err)
 	}
-	if ctx.Err() == nil {
-		s.transition(ctx, index.StateDisconnected, fmt.Errorf("edge session ended: %w", err))
+	if ctx.Err() == nil && s.gen != 0 {
+		s.claim.state.Lost(ctx, s.gen, fmt.Errorf("edge session ended: %w", err))
 	}
 	s.h.release(s)
 }
@@ -215,7 +214,7 @@ func (s *session) apply(ctx context.Context, m *Message) error {
 	if !m.Time.IsZero() {
 		s.h.metrics.lag.Observe(time.Since(m.Time).Seconds())
 	}
-	s.seen(ctx)
+	s.claim.state.Seen(ctx, s.gen)
 	switch m.Type {
 	case TypeSnapshot:
 		return s.applySnapshot(ctx, m.Snapshot)
@@ -304,13 +303,12 @@ func (s *session) applySnapshot(ctx context.Context, sn *Snapshot) error {
 }
 
 // commitSnapshot applies a complete snapshot: one Replace per synced kind
-// (each atomic in the index), then the kinds' errors.
+// (each atomic in the index), then the kinds' errors. A full snapshot lists
+// every kind and completes the connection's sync.
 func (s *session) commitSnapshot(ctx context.Context, p *pendingSnapshot) error {
 	start := time.Now()
 	store := s.h.opts.Store
-	if p.full {
-		clear(s.failing)
-	}
+	kinds := make([]clusterstate.KindStatus, 0, len(p.order))
 	for _, id := range p.order {
 		ks := p.kinds[id]
 		if ks.Synced {
@@ -318,48 +316,54 @@ func (s *session) commitSnapshot(ctx context.Context, p *pendingSnapshot) error 
 				return sinkError(err)
 			}
 		}
-		if err := s.kindError(ctx, &ks); err != nil {
+		k, err := s.kindError(ctx, &ks)
+		if err != nil {
 			return err
 		}
+		kinds = append(kinds, k)
 	}
 	s.h.metrics.snapshotApply.Observe(time.Since(start).Seconds())
+	var md map[string]string
 	if len(p.metadata) > 0 {
-		md := maps.Clone(s.hello.Metadata)
-		if md == nil {
-			md = map[string]string{}
-		}
+		md = s.helloMetadata()
 		maps.Copy(md, p.metadata)
-		s.claim.row.Metadata = md
 	}
+	s.claim.state.Report(ctx, s.gen, clusterstate.Report{Kinds: kinds, All: p.full, Synced: p.full, Metadata: md})
 	if p.full && !s.synced {
-		s.synced, s.claim.row.Synced = true, true
+		s.synced = true
 		rows := 0
 		for _, r := range p.rows {
 			rows += len(r)
 		}
 		s.log.Info("edge snapshot applied", "rows", rows, "kinds", len(p.kinds), "parts", p.next, "took", time.Since(start).Round(time.Millisecond))
 	}
-	s.settle(ctx)
 	return nil
 }
 
-// kindError records a kind's error, if any, and whether it degrades the
-// cluster.
-func (s *session) kindError(ctx context.Context, ks *KindState) error {
-	id := idOf(ks.Kind.Group, ks.Kind.Kind)
+// helloMetadata returns a copy of the metadata the edge sent in its Hello.
+func (s *session) helloMetadata() map[string]string {
+	md := maps.Clone(s.hello.Metadata)
+	if md == nil {
+		md = map[string]string{}
+	}
+	return md
+}
+
+// kindError records a kind's error in the index, if it has one, and
+// returns whether it degrades the cluster: only a kind the edge marks as
+// failing does (a kind that is merely not served does not).
+func (s *session) kindError(ctx context.Context, ks *KindState) (clusterstate.KindStatus, error) {
+	k := clusterstate.KindStatus{Kind: ks.Kind.GroupKind()}
 	if ks.Error == "" {
-		delete(s.failing, id)
-		return nil
+		return k, nil
 	}
 	if err := s.h.opts.Store.ReportKindError(ctx, s.cluster, ks.Kind, errors.New(ks.Error)); err != nil {
-		return sinkError(err)
+		return k, sinkError(err)
 	}
 	if ks.Failing {
-		s.failing[id] = ks.Kind.GroupKind() + ": " + ks.Error
-	} else {
-		delete(s.failing, id)
+		k.Err = ks.Error
 	}
-	return nil
+	return k, nil
 }
 
 func (s *session) applyDelta(ctx context.Context, d *Delta) error {
@@ -398,13 +402,16 @@ func (s *session) applyDelta(ctx context.Context, d *Delta) error {
 			return sinkError(err)
 		}
 	}
+	kinds := make([]clusterstate.KindStatus, 0, len(d.Kinds))
 	for i := range d.Kinds {
-		if err := s.kindError(ctx, &d.Kinds[i]); err != nil {
+		k, err := s.kindError(ctx, &d.Kinds[i])
+		if err != nil {
 			return err
 		}
+		kinds = append(kinds, k)
 	}
-	if len(d.Kinds) > 0 {
-		s.settle(ctx)
+	if len(kinds) > 0 {
+		s.claim.state.Report(ctx, s.gen, clusterstate.Report{Kinds: kinds})
 	}
 	return nil
 }
@@ -416,61 +423,6 @@ func sinkError(err error) error {
 		return rejectf(ReasonInvalid, "%v", err)
 	}
 	return fmt.Errorf("writing to the index: %w", err)
-}
-
-// settle sets CONNECTED or DEGRADED once the first full snapshot is in.
-func (s *session) settle(ctx context.Context) {
-	if !s.synced {
-		return
-	}
-	if len(s.failing) == 0 {
-		s.transition(ctx, index.StateConnected, nil)
-		return
-	}
-	first := slices.Sorted(maps.Values(s.failing))[0]
-	s.transition(ctx, index.StateDegraded, errors.New(first))
-}
-
-// transition moves the cluster row to a state and writes it. The same
-// state again publishes nothing, so there is one event per transition.
-func (s *session) transition(ctx context.Context, state index.ConnectionState, err error) {
-	row := &s.claim.row
-	now := time.Now()
-	if row.State != state {
-		s.log.Info("cluster state", "from", row.State, "to", state)
-		s.h.metrics.transitions.WithLabelValues(s.cluster, string(state)).Inc()
-		row.State, row.Since = state, now
-	}
-	switch {
-	case err != nil:
-		row.LastError = err.Error()
-	case state == index.StateConnected:
-		row.LastError = ""
-	}
-	if state != index.StateDisconnected {
-		s.lastSeen = now
-	}
-	row.LastSeen = s.lastSeen
-	s.writeRow(ctx)
-}
-
-// seen records traffic from the edge, writing LastSeen at most every
-// lastSeenEvery.
-func (s *session) seen(ctx context.Context) {
-	s.lastSeen = time.Now()
-	if s.lastSeen.Sub(s.claim.row.LastSeen) >= lastSeenEvery {
-		s.claim.row.LastSeen = s.lastSeen
-		s.writeRow(ctx)
-	}
-}
-
-func (s *session) writeRow(ctx context.Context) {
-	row := s.claim.row
-	row.Labels = maps.Clone(row.Labels)
-	row.Metadata = maps.Clone(row.Metadata)
-	if err := s.h.opts.Store.UpsertCluster(ctx, row); err != nil && ctx.Err() == nil {
-		s.log.Error("writing cluster state failed", "err", err)
-	}
 }
 
 // detail sends a detail request to the edge and waits for its response.
