@@ -23,6 +23,8 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/fleetgraph/fleetgraph/internal/retry"
 )
 
 // Source is one inventory of clusters.
@@ -277,24 +279,20 @@ func preferredResource(disc discovery.DiscoveryInterface, group, resource string
 	return schema.GroupVersionResource{}, fmt.Errorf("the management cluster does not serve %s.%s: install its CRD", resource, group)
 }
 
-// discoverRetry is how often a source whose CRD is missing looks again:
-// installing the CRD later needs no restart.
-const discoverRetry = 10 * time.Second
-
 // waitForResource finds a resource, retrying while it is not served and
 // reporting why to the registry, until ctx ends.
 func waitForResource(ctx context.Context, w *watcher, disc discovery.DiscoveryInterface, group, resource string) (schema.GroupVersionResource, bool) {
+	backoff := retry.New(retry.SourceResource, nil)
 	for {
 		gvr, err := preferredResource(disc, group, resource)
 		if err == nil {
 			return gvr, true
 		}
-		w.log.Warn("source resource not available; retrying", "err", err, "retry", discoverRetry)
+		wait := backoff.Next()
+		w.log.Warn("source resource not available; retrying", "err", err, "retry_in", wait.Round(time.Millisecond))
 		w.reg.Listed(w.name, err)
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, wait) {
 			return gvr, false
-		case <-time.After(discoverRetry):
 		}
 	}
 }

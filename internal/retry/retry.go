@@ -39,6 +39,11 @@ const (
 	// once a minute, so it recovers on its own without hammering the API
 	// server.
 	KindListMax = time.Minute
+	// SourceResourceEvery is how often a cluster source whose resource
+	// (its CRD) the management cluster does not serve looks again:
+	// installing the CRD later needs no restart, and a discovery request
+	// every 10 s is nothing to the API server.
+	SourceResourceEvery = 10 * time.Second
 	// ReconnectJitter spreads reconnects by ±20%: enough to break up a
 	// crowd, little enough that a retry is not much later than planned.
 	ReconnectJitter = 0.2
@@ -54,6 +59,10 @@ var (
 	KindList = Policy{Initial: KindListInitial, Max: KindListMax, Jitter: KindListJitter}
 	// EdgeLocal paces an edge's retries of its local API server.
 	EdgeLocal = Policy{Initial: EdgeLocalInitial, Max: EdgeLocalMax, Jitter: ReconnectJitter}
+	// SourceResource paces a cluster source's look for its resource: a
+	// steady interval, since nothing is failing that backing off would
+	// spare.
+	SourceResource = Policy{Initial: SourceResourceEvery, Max: SourceResourceEvery}
 )
 
 // Reconnect is the policy of a reconnect loop whose bounds are options (a

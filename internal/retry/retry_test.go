@@ -19,6 +19,7 @@ func TestBackoffSequence(t *testing.T) {
 		{"doubles up to the cap", Policy{Initial: 250 * ms, Max: 2 * time.Second}, []time.Duration{250 * ms, 500 * ms, time.Second, 2 * time.Second, 2 * time.Second}},
 		{"a cap that is not a doubling", Policy{Initial: time.Second, Max: 3 * time.Second}, []time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 3 * time.Second}},
 		{"a cap below the first wait counts as the first wait", Policy{Initial: time.Second, Max: ms}, []time.Duration{time.Second, time.Second}},
+		{"the source resource policy is a steady interval", SourceResource, []time.Duration{10 * time.Second, 10 * time.Second, 10 * time.Second}},
 		{"the kind list policy without jitter", Policy{Initial: KindListInitial, Max: KindListMax}, []time.Duration{
 			time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, time.Minute, time.Minute,
 		}},
