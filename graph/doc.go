@@ -23,12 +23,15 @@
 // OIDC ID token's exp; see authz.Expiring), the socket is closed with 4403
 // and its subscriptions end; the client reconnects with a fresh token.
 //
-// Subscriptions read the index's change feed through one fan-out goroutine
-// (hub.go) that routes each event to the subscriptions it may concern; each
-// subscription has one pump goroutine that owns its output channel. A
-// subscription that falls behind catches up from the feed's replay ring;
-// one that falls out of it ends with SLOW_CONSUMER. Nothing ever waits for
-// a client. Access is re-evaluated when a cluster's RBAC changes.
+// Subscriptions are adapters over the index's streams
+// (index.Store.ObjectChanges, ClusterChanges, FleetChanges), which route
+// the change feed by cluster and namespace, apply the filter and the
+// viewer's access, re-read that access from authz when a cluster's RBAC
+// changes, catch a slow subscription up from the replay buffer and end one
+// that falls out of it (SLOW_CONSUMER); nothing ever waits for a client.
+// Each subscription has one pump goroutine that reads its stream, converts
+// the changes to the GraphQL model and owns the output channel; the
+// handler keeps the set of open streams only to end them on Close.
 //
 // Two measured optimizations sit beside gqlgen's generated code: lists are
 // marshaled in order rather than with a goroutine per element

@@ -508,9 +508,7 @@ func (f *fixture) waitSubscribers(n int) {
 	f.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		f.h.hub.mu.Lock()
-		got := len(f.h.hub.subs)
-		f.h.hub.mu.Unlock()
+		got := f.h.streams.len()
 		if got == n {
 			return
 		}

@@ -328,9 +328,7 @@ func benchChurn(ctx context.Context, b *testing.B, s *index.Store, p benchParams
 func waitHub(b *testing.B, h *Handler, n int) {
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
-		h.hub.mu.Lock()
-		got := len(h.hub.subs)
-		h.hub.mu.Unlock()
+		got := h.streams.len()
 		if got >= n {
 			return
 		}

@@ -41,7 +41,7 @@ import (
 type Handler struct {
 	opts    Options
 	svc     *service
-	hub     *hub
+	streams *openStreams
 	fast    *fastPath // nil when an extension intercepts fields
 	metrics *metrics
 	scrape  http.Handler // /metrics without authentication
@@ -70,10 +70,10 @@ func NewHandler(opts Options) (*Handler, error) {
 		return nil, fmt.Errorf("graph: seeding the cursor epoch: %w", err)
 	}
 	h := &Handler{opts: opts, metrics: m, log: opts.Logger, conns: map[*wsConn]struct{}{}}
-	h.hub = newHub(opts.Store, opts.Logger, m)
+	h.streams = newOpenStreams()
 	h.svc = &service{
 		store: opts.Store, authz: opts.Authorizer, authn: opts.Authenticator, leaf: opts.LeafClients,
-		adminGroups: opts.AdminGroups, allAccess: allFleet(), hub: h.hub, metrics: m, log: opts.Logger,
+		adminGroups: opts.AdminGroups, allAccess: allFleet(), streams: h.streams, metrics: m, log: opts.Logger,
 		subBuffer: opts.SubscriptionBuffer, epoch: binary.LittleEndian.Uint64(seed[:]), now: time.Now,
 	}
 
@@ -235,7 +235,7 @@ func (h *Handler) Close(ctx context.Context) error {
 	}
 	h.connMu.Unlock()
 	select {
-	case <-h.hub.close():
+	case <-h.streams.close():
 	case <-ctx.Done():
 		return fmt.Errorf("graph: waiting for subscriptions to end: %w", ctx.Err())
 	}

@@ -83,3 +83,41 @@ func TestClustersThatDisagreeOnAResource(t *testing.T) {
 	}
 	c.expectQuiet(200 * time.Millisecond)
 }
+
+// TestObjectChangesShowNamedGrants checks that objectChanges delivers
+// changes of every object the same viewer's objects query returns,
+// including objects granted by name through a ClusterRoleBinding on a
+// namespaced resource (get pods/x in every namespace; issue 12 item 5).
+func TestObjectChangesShowNamedGrants(t *testing.T) {
+	store := seededStore(t)
+	ctx := context.Background()
+	must(t, store.Replace(ctx, "west", clusterRoleKind, []index.Object{
+		clusterRole("west", "view", viewRules...),
+		clusterRole("west", "cluster-admin", index.PolicyRule{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}}),
+		clusterRole("west", "get-pod-0", index.PolicyRule{Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"pods"}, ResourceNames: []string{"pod-team-a-0", "pod-team-c-0"}}),
+	}))
+	must(t, store.Replace(ctx, "west", crbKind, []index.Object{
+		binding("west", "", "cluster-admin", index.KindClusterRole, "cluster-admin", groupSubject("system:masters")),
+		binding("west", "", "carol-pod-0", index.KindClusterRole, "get-pod-0", userSubject("carol")),
+	}))
+	f := newFixtureWith(t, store)
+	ids, total, _ := f.pageAll("carol", 10, nil)
+	want := []string{"west//Pod/team-a/pod-team-a-0", "west//Pod/team-c/pod-team-c-0"}
+	if slices.Sort(ids); !slices.Equal(ids, want) || total != 2 {
+		t.Fatalf("carol's objects: %v (total %d), want %v", ids, total, want)
+	}
+
+	c := f.connect("carol")
+	c.subscribe("1", objectChangesSub, nil)
+	f.waitSubscribers(1)
+	for _, name := range []string{"pod-team-a-0", "pod-team-a-1", "pod-team-c-0"} {
+		ns := name[len("pod-") : len("pod-")+len("team-a")]
+		upsert(t, store, testObject(podKind, "west", ns, name, index.StatusUnhealthy))
+	}
+	for _, id := range want {
+		if e := c.nextChange("1").ObjectChanges; e.Type != "MODIFIED" || e.Object.ID != id {
+			t.Errorf("got %s %s, want MODIFIED %s", e.Type, e.Object.ID, id)
+		}
+	}
+	c.expectQuiet(200 * time.Millisecond)
+}

@@ -23,9 +23,6 @@ type metrics struct {
 	started       *prometheus.CounterVec
 	ended         *prometheus.CounterVec
 	deliveredC    map[subKind]prometheus.Counter
-	droppedC      map[subKind]prometheus.Counter
-	catchUpC      map[subKind]prometheus.Counter
-	fanout        prometheus.Gauge
 	authFailures  *prometheus.CounterVec
 	httpRejected  *prometheus.CounterVec
 	wsConnections prometheus.Gauge
@@ -55,10 +52,6 @@ func newMetrics(reg prometheus.Registerer, store *index.Store) (*metrics, error)
 			Namespace: ns, Subsystem: "graphql", Name: "subscriptions_ended_total",
 			Help: "Subscriptions ended by field and reason (completed, slow_consumer, resync, shutdown, error).",
 		}, []string{"subscription", "reason"}),
-		fanout: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: ns, Subsystem: "graphql", Name: "fanout_subscribers",
-			Help: "Subscribers registered with the change-feed fan-out.",
-		}),
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: "graphql", Name: "authentication_failures_total",
 			Help: "Requests and websockets rejected because authentication failed, by transport.",
@@ -72,29 +65,17 @@ func newMetrics(reg prometheus.Registerer, store *index.Store) (*metrics, error)
 			Help: "Open GraphQL websocket connections.",
 		}),
 		deliveredC: map[subKind]prometheus.Counter{},
-		droppedC:   map[subKind]prometheus.Counter{},
-		catchUpC:   map[subKind]prometheus.Counter{},
 	}
 	delivered := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: "graphql", Name: "subscription_events_total",
 		Help: "Events delivered to subscriptions, by field.",
 	}, []string{"subscription"})
-	dropped := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: ns, Subsystem: "graphql", Name: "subscription_events_dropped_total",
-		Help: "Change events never delivered because their subscription fell out of the replay ring and was ended with SLOW_CONSUMER, by field.",
-	}, []string{"subscription"})
-	catchUps := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: ns, Subsystem: "graphql", Name: "subscription_catchups_total",
-		Help: "Times a subscription's queue filled and it caught up from the change feed's replay ring instead, by field.",
-	}, []string{"subscription"})
 	for _, k := range []subKind{subObjects, subClusters, subFleet} {
-		m.deliveredC[k] = delivered.WithLabelValues(k.String())
-		m.droppedC[k] = dropped.WithLabelValues(k.String())
-		m.catchUpC[k] = catchUps.WithLabelValues(k.String())
-		m.active.WithLabelValues(k.String())
+		m.deliveredC[k] = delivered.WithLabelValues(fieldOf(k))
+		m.active.WithLabelValues(fieldOf(k))
 	}
 	for _, c := range []prometheus.Collector{
-		m.operations, m.latency, m.active, m.started, m.ended, delivered, dropped, catchUps, m.fanout,
+		m.operations, m.latency, m.active, m.started, m.ended, delivered, newStreamCollector(store),
 		m.authFailures, m.httpRejected, m.wsConnections, newClusterCollector(store),
 	} {
 		if err := reg.Register(c); err != nil {
@@ -105,21 +86,80 @@ func newMetrics(reg prometheus.Registerer, store *index.Store) (*metrics, error)
 }
 
 func (m *metrics) subscriptionStarted(k subKind) {
-	m.active.WithLabelValues(k.String()).Inc()
-	m.started.WithLabelValues(k.String()).Inc()
+	m.active.WithLabelValues(fieldOf(k)).Inc()
+	m.started.WithLabelValues(fieldOf(k)).Inc()
 }
 
 func (m *metrics) subscriptionEnded(k subKind, reason string) {
-	m.active.WithLabelValues(k.String()).Dec()
-	m.ended.WithLabelValues(k.String(), reason).Inc()
+	m.active.WithLabelValues(fieldOf(k)).Dec()
+	m.ended.WithLabelValues(fieldOf(k), reason).Inc()
 }
 
 func (m *metrics) delivered(k subKind)       { m.deliveredC[k].Inc() }
-func (m *metrics) dropped(k subKind, n int)  { m.droppedC[k].Add(float64(n)) }
-func (m *metrics) caughtUp(k subKind)        { m.catchUpC[k].Inc() }
-func (m *metrics) subscribers(n int)         { m.fanout.Set(float64(n)) }
 func (m *metrics) rejected(reason string)    { m.httpRejected.WithLabelValues(reason).Inc() }
 func (m *metrics) wsConnected(delta float64) { m.wsConnections.Add(delta) }
+
+// subKind is a subscription field, as metrics label it: the kind of index
+// stream it reads.
+type subKind = index.StreamKind
+
+// The subscription fields.
+const (
+	subObjects  = index.StreamObjects
+	subClusters = index.StreamClusters
+	subFleet    = index.StreamFleet
+)
+
+// fieldOf returns the GraphQL field of a stream kind, the metrics label.
+func fieldOf(k subKind) string {
+	switch k {
+	case subObjects:
+		return "objectChanges"
+	case subClusters:
+		return "clusterConnection"
+	case subFleet:
+		return "fleet"
+	}
+	return k.String()
+}
+
+// streamCollector reports the index's stream counters
+// (index.Store.StreamStats) at scrape time: catch-ups and dropped events
+// by field, and the streams the fan-out routes to.
+type streamCollector struct {
+	store                     *index.Store
+	catchUps, dropped, fanout *prometheus.Desc
+}
+
+func newStreamCollector(store *index.Store) *streamCollector {
+	const ns, sub = "fleetgraph", "graphql"
+	return &streamCollector{
+		store: store,
+		catchUps: prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "subscription_catchups_total"),
+			"Times a subscription's queue filled and it caught up from the change feed's replay ring instead, by field.", []string{"subscription"}, nil),
+		dropped: prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "subscription_events_dropped_total"),
+			"Change events never delivered because their subscription fell out of the replay ring and was ended with SLOW_CONSUMER, by field.", []string{"subscription"}, nil),
+		fanout: prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "fanout_subscribers"),
+			"Subscriptions registered with the index's change-feed fan-out.", nil, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *streamCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.catchUps
+	ch <- c.dropped
+	ch <- c.fanout
+}
+
+// Collect implements prometheus.Collector.
+func (c *streamCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.store.StreamStats()
+	for _, k := range []subKind{subObjects, subClusters, subFleet} {
+		ch <- prometheus.MustNewConstMetric(c.catchUps, prometheus.CounterValue, float64(st.CatchUps[k]), fieldOf(k))
+		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(st.Dropped[k]), fieldOf(k))
+	}
+	ch <- prometheus.MustNewConstMetric(c.fanout, prometheus.GaugeValue, float64(st.Streams))
+}
 
 // clusterCollector reports the cluster rows at scrape time, so the gauges
 // can never drift from them: fleetgraph_clusters{state}, and per cluster

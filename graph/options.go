@@ -81,7 +81,9 @@ type Options struct {
 	// Websocket configures the websocket transport.
 	Websocket WebsocketOptions
 	// SubscriptionBuffer is how many change events may wait for one slow
-	// subscription before it is ended with SLOW_CONSUMER (see
+	// subscription before it stops taking them from the fan-out and
+	// catches up from the index's replay buffer instead; one that falls
+	// out of that too ends with SLOW_CONSUMER (see
 	// DefaultSubscriptionBuffer).
 	SubscriptionBuffer int
 }
@@ -158,9 +160,8 @@ const (
 )
 
 // DefaultSubscriptionBuffer is the default number of events a subscription
-// may have pending. A client that falls this far behind is told to resume
-// from its last cursor rather than slowing down the fan-out for everybody.
-const DefaultSubscriptionBuffer = 1024
+// may have pending: the index's stream default.
+const DefaultSubscriptionBuffer = index.DefaultStreamBuffer
 
 // withDefaults validates o and fills in defaults.
 func (o Options) withDefaults() (Options, error) {

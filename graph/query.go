@@ -15,7 +15,7 @@ import (
 
 // service is what resolvers delegate to: queries over the index through the
 // viewer's access set, live reads through LeafClients, and subscriptions
-// through the hub. It holds no per-request state.
+// through the index's streams. It holds no per-request state.
 type service struct {
 	store       *index.Store
 	authz       *authz.Authorizer
@@ -23,7 +23,7 @@ type service struct {
 	leaf        LeafClients
 	adminGroups []string
 	allAccess   *index.Access
-	hub         *hub
+	streams     *openStreams
 	metrics     *metrics
 	log         *slog.Logger
 	subBuffer   int

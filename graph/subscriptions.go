@@ -3,8 +3,7 @@ package graph
 import (
 	"context"
 	"errors"
-	"maps"
-	"slices"
+	"sync"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
@@ -13,15 +12,20 @@ import (
 	"github.com/fleetgraph/fleetgraph/index"
 )
 
-// Subscriptions: each resolver validates its arguments synchronously (so a
-// bad filter or cursor is an error on the subscribe message), registers a
-// subscriber with the hub, and starts one pump goroutine that owns the
-// returned channel. The pump is the only writer and closes the channel when
-// the client completes the operation (ctx ends), when the hub ends it
-// (shutdown, resync), or when the client is too slow (SLOW_CONSUMER). gqlgen
-// keys operations by their websocket operation id and cancels ctx on the
-// client's complete message; graph's websocket layer rejects a second
-// operation with an id in use (4409).
+// Subscriptions are thin adapters over the index's streams
+// (index.Store.ObjectChanges, ClusterChanges, FleetChanges), which route the
+// change feed, apply the filter and the viewer's access (re-read from authz
+// on every policy change), catch up from the replay buffer and end readers
+// that fall out of it. Each resolver validates its arguments synchronously
+// (so a bad filter or cursor is an error on the subscribe message), opens
+// the stream and starts one pump goroutine that owns the returned channel:
+// it reads the stream, converts each change to the GraphQL model, and is
+// the only writer and closer of the channel. It closes it when the client
+// completes the operation (ctx ends), when the handler closes
+// (SHUTTING_DOWN), or when the stream ends (RESYNC_REQUIRED,
+// SLOW_CONSUMER). gqlgen keys operations by their websocket operation id
+// and cancels ctx on the client's complete message; graph's websocket
+// layer rejects a second operation with an id in use (4409).
 
 // errNeedsWebsocket rejects subscriptions sent over plain HTTP.
 func errNeedsWebsocket() error {
@@ -83,179 +87,143 @@ func (s *service) objectChanges(ctx context.Context, filter *model.ObjectFilter,
 	if !isWebsocket(ctx) {
 		return nil, errNeedsWebsocket()
 	}
-	f := toFilter(filter)
-	if _, err := s.store.NewMatcher(f, nil); err != nil {
-		return nil, indexError(err)
-	}
 	start := s.store.LastSeq()
 	if after != nil {
-		seq, err := s.decodeChangeCursor(*after)
-		if err != nil {
+		if start, err = s.decodeChangeCursor(*after); err != nil {
 			return nil, err
 		}
-		if seq > start {
-			return nil, newError(CodeBadUserInput, nil, "change cursor is ahead of the change feed")
-		}
-		start = seq
 	}
-	sub := newSubscriber(subObjects, s.subBuffer, v.admin)
-	from, err := s.hub.register(sub, start)
+	st, err := s.store.ObjectChanges(index.ObjectChangesRequest{Filter: toFilter(filter), After: start, Access: s.accessFunc(v), Buffer: s.subBuffer})
+	if err != nil {
+		return nil, indexError(err)
+	}
+	return startPump(ctx, s, subObjects, st, func(c index.ObjectChange) *model.ObjectChangeEvent {
+		return &model.ObjectChangeEvent{
+			Type:   model.ChangeType(c.Type.String()),
+			Object: toObject(c.Object, c.Stale),
+			Cursor: s.encodeChangeCursor(c.Seq),
+		}
+	})
+}
+
+// clusterConnection answers Subscription.clusterConnection: one event per
+// state transition of a cluster the viewer can see, checked at the moment
+// of the event so that RBAC changes apply.
+func (s *service) clusterConnection(ctx context.Context, clusters []string) (<-chan *model.ClusterConnectionEvent, error) {
+	v, err := viewerFrom(ctx)
 	if err != nil {
 		return nil, err
 	}
-	p := &objectsPump{s: s, v: v, sub: sub, filter: f, out: make(chan *model.ObjectChangeEvent)}
-	s.metrics.subscriptionStarted(subObjects)
-	go p.run(ctx, start, from)
-	return p.out, nil
+	if !isWebsocket(ctx) {
+		return nil, errNeedsWebsocket()
+	}
+	st, err := s.store.ClusterChanges(index.ClusterChangesRequest{Clusters: clusters, Access: s.accessFunc(v), Buffer: s.subBuffer})
+	if err != nil {
+		return nil, err
+	}
+	return startPump(ctx, s, subClusters, st, toConnectionEvent)
 }
 
-// objectsPump turns routed events into the viewer's change events.
-type objectsPump struct {
-	s      *service
-	v      *viewer
-	sub    *subscriber
-	filter index.Filter
-	out    chan *model.ObjectChangeEvent
-
-	access  *index.Access
-	matcher *index.Matcher
+// toConnectionEvent converts a cluster's state transition.
+func toConnectionEvent(c index.ClusterChange) *model.ClusterConnectionEvent {
+	row := c.Cluster
+	e := &model.ClusterConnectionEvent{Cluster: row.Name, State: toState(row.State), At: row.Since}
+	if c.Previous != nil {
+		p := toState(c.Previous.State)
+		e.Previous = &p
+	}
+	if row.State == index.StateDisconnected || row.State == index.StateDegraded {
+		e.Message = optString(row.LastError)
+	}
+	return e
 }
 
-// run is the pump goroutine; it owns and closes p.out.
-func (p *objectsPump) run(ctx context.Context, after, from uint64) {
+// fleetSubscription answers Subscription.fleet: the current status, then
+// the status after every change that alters it. Statuses are levels, so a
+// slow client gets the latest one, never a backlog.
+func (s *service) fleetSubscription(ctx context.Context) (<-chan *model.FleetStatus, error) {
+	v, err := viewerFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !isWebsocket(ctx) {
+		return nil, errNeedsWebsocket()
+	}
+	st, err := s.store.FleetChanges(index.FleetChangesRequest{Access: s.accessFunc(v)})
+	if err != nil {
+		return nil, err
+	}
+	return startPump(ctx, s, subFleet, st, toFleetStatus)
+}
+
+// accessFunc is the viewer's access as streams ask for it: from authz on
+// every call (a cached lookup), so that RBAC changes reach open streams.
+func (s *service) accessFunc(v *viewer) index.AccessFunc {
+	return func() *index.Access { return s.access(v) }
+}
+
+// stream is what the index's streams have in common.
+type stream[C any] interface {
+	Next(ctx context.Context) (C, error)
+	End(err error)
+	Close()
+}
+
+// startPump registers a stream with the handler (so that Close can end it)
+// and starts its pump goroutine, which owns the returned channel.
+func startPump[C, M any](ctx context.Context, s *service, kind subKind, st stream[C], convert func(C) M) (<-chan M, error) {
+	if err := s.streams.add(st); err != nil {
+		st.Close()
+		return nil, err
+	}
+	out := make(chan M)
+	s.metrics.subscriptionStarted(kind)
+	go pump(ctx, s, kind, st, out, convert)
+	return out, nil
+}
+
+// pump is the goroutine of one subscription: the only writer of out, which
+// it closes when the client completes the operation or the stream ends.
+func pump[C, M any](ctx context.Context, s *service, kind subKind, st stream[C], out chan<- M, convert func(C) M) {
 	reason := "completed"
 	defer func() {
-		close(p.out)
-		p.s.hub.unregister(p.sub)
-		p.s.metrics.subscriptionEnded(subObjects, reason)
+		close(out)
+		st.Close()
+		s.streams.remove(st)
+		s.metrics.subscriptionEnded(kind, reason)
 	}()
-	if err := p.resetAccess(); err != nil {
-		reason = "error"
-		endWith(ctx, err)
-		return
-	}
-	p.s.hub.setInterests(p.sub, p.interests(), from)
-	handle := func(ev *index.Event) bool { return p.handle(ctx, ev) }
-	p.sub.last = after
-	// The hub routes the events after from; the ones in between come
-	// straight from the index's replay ring.
-	if err := p.s.hub.catchUp(ctx, p.sub, after, from, handle); err != nil {
-		reason = "resync"
-		endWith(ctx, resyncError(err))
-		return
-	}
-	if err := p.s.hub.drain(ctx, p.sub, handle); err != nil {
-		reason = endReason(err)
-		endWith(ctx, err)
+	for {
+		c, err := st.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			err = streamError(err)
+			reason = endReason(err)
+			endWith(ctx, err)
+			return
+		}
+		select {
+		case out <- convert(c):
+			s.metrics.delivered(kind)
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
-// resyncError maps a change feed position that is gone.
-func resyncError(err error) error {
-	if errors.Is(err, index.ErrResyncRequired) {
-		return newError(CodeResyncRequired, err, "the change cursor is older than the server retains; query objects again and subscribe with its changesCursor")
+// errShuttingDown ends every subscription when the handler closes.
+var errShuttingDown = newError(CodeShuttingDown, nil, "server is shutting down")
+
+// streamError maps the error a stream ended with.
+func streamError(err error) error {
+	switch {
+	case errors.Is(err, index.ErrSlowConsumer):
+		return newError(CodeSlowConsumer, err, "the client fell too far behind the change feed; query again and resubscribe with the answer's changesCursor")
+	case errors.Is(err, index.ErrResyncRequired):
+		return newError(CodeResyncRequired, err, "the change feed no longer holds the changes this subscription needs; query objects again and subscribe with its changesCursor")
 	}
 	return err
-}
-
-// handle delivers one event if the viewer sees it through the filter, or
-// re-evaluates access on a policy event. It returns false when ctx ended.
-func (p *objectsPump) handle(ctx context.Context, ev *index.Event) bool {
-	if ev.Type == index.EventPolicy {
-		p.policyChanged(ev)
-		return true
-	}
-	t, ok := p.matcher.Classify(ev)
-	if !ok {
-		return true
-	}
-	o := ev.Object()
-	change := &model.ObjectChangeEvent{
-		Type:   model.ChangeType(t.String()),
-		Object: toObject(o, p.s.clusterStale(o.Cluster)),
-		Cursor: p.s.encodeChangeCursor(ev.Seq),
-	}
-	select {
-	case p.out <- change:
-		p.s.metrics.delivered(subObjects)
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// resetAccess computes the viewer's access in every cluster.
-func (p *objectsPump) resetAccess() error {
-	p.access = p.s.access(p.v)
-	m, err := p.s.store.NewMatcher(p.filter, p.access)
-	if err != nil {
-		return indexError(err)
-	}
-	p.matcher = m
-	return nil
-}
-
-// policyChanged re-evaluates access in one cluster: revoked objects stop
-// streaming from the next event on, and newly granted ones start.
-func (p *objectsPump) policyChanged(ev *index.Event) {
-	if p.v.admin {
-		return
-	}
-	next := p.s.access(p.v)
-	m, err := p.s.store.NewMatcher(p.filter, next)
-	if err != nil {
-		// The filter compiled before; it cannot fail now.
-		p.s.log.Error("graph: recompiling a subscription filter", "err", err)
-		return
-	}
-	p.access, p.matcher = next, m
-	p.s.hub.setInterest(p.sub, ev.Cluster, interestIn(p.filter, ev.Cluster, next.Clusters[ev.Cluster]), ev.Seq)
-}
-
-// interests returns the routes for the current access.
-func (p *objectsPump) interests() map[string]interest {
-	out := map[string]interest{}
-	for c, ca := range p.access.Clusters {
-		if in := interestIn(p.filter, c, ca); in.whole || len(in.namespaces) > 0 {
-			out[c] = in
-		}
-	}
-	return out
-}
-
-// interestIn says which object events of a cluster can pass a filter and a
-// cluster access: the whole cluster, some namespaces, or none.
-func interestIn(f index.Filter, cluster string, ca *index.ClusterAccess) interest {
-	if ca.Empty() || (len(f.Clusters) > 0 && !slices.Contains(f.Clusters, cluster)) {
-		return interest{}
-	}
-	if ca.All || ca.Everywhere.Len() > 0 {
-		if len(f.Namespaces) > 0 {
-			return interest{namespaces: slices.Clone(f.Namespaces)}
-		}
-		return interest{whole: true}
-	}
-	set := map[string]struct{}{}
-	for ns := range ca.Namespaces {
-		set[ns] = struct{}{}
-	}
-	for n := range ca.Named {
-		set[n.Namespace] = struct{}{}
-	}
-	if len(f.Namespaces) > 0 {
-		for ns := range set {
-			if !slices.Contains(f.Namespaces, ns) {
-				delete(set, ns)
-			}
-		}
-	}
-	return interest{namespaces: slices.Sorted(maps.Keys(set))}
-}
-
-// clusterStale reports whether a cluster's rows are last-known state.
-func (s *service) clusterStale(name string) bool {
-	c, ok := s.store.GetCluster(nil, name)
-	return ok && c.Stale()
 }
 
 // endReason labels why a subscription ended, for metrics.
@@ -277,129 +245,71 @@ func endReason(err error) string {
 	return "error"
 }
 
-// clusterConnection answers Subscription.clusterConnection: one event per
-// state transition of a cluster the viewer can see, checked at the moment
-// of the event so that RBAC changes apply.
-func (s *service) clusterConnection(ctx context.Context, clusters []string) (<-chan *model.ClusterConnectionEvent, error) {
-	v, err := viewerFrom(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if !isWebsocket(ctx) {
-		return nil, errNeedsWebsocket()
-	}
-	sub := newSubscriber(subClusters, s.subBuffer, v.admin)
-	from, err := s.hub.register(sub, s.store.LastSeq())
-	if err != nil {
-		return nil, err
-	}
-	sub.last = from
-	out := make(chan *model.ClusterConnectionEvent)
-	s.metrics.subscriptionStarted(subClusters)
-	go s.clusterPump(ctx, v, sub, clusters, out)
-	return out, nil
+// openStreams tracks a handler's open subscriptions, so that Close can end
+// them with SHUTTING_DOWN and wait until their pumps have left.
+type openStreams struct {
+	mu      sync.Mutex
+	closed  bool
+	set     map[ender]struct{}
+	drained chan struct{} // closed once closed and empty
 }
 
-// clusterPump is the clusterConnection pump goroutine; it owns and closes
-// out.
-func (s *service) clusterPump(ctx context.Context, v *viewer, sub *subscriber, only []string, out chan<- *model.ClusterConnectionEvent) {
-	reason := "completed"
-	defer func() {
-		close(out)
-		s.hub.unregister(sub)
-		s.metrics.subscriptionEnded(subClusters, reason)
-	}()
-	err := s.hub.drain(ctx, sub, func(ev *index.Event) bool {
-		e := transition(ev)
-		if e == nil || (len(only) > 0 && !slices.Contains(only, e.Cluster)) || !s.clusterVisible(v, e.Cluster) {
-			return true
-		}
-		select {
-		case out <- e:
-			s.metrics.delivered(subClusters)
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	})
-	if err != nil {
-		reason = endReason(err)
-		endWith(ctx, err)
+// ender is a stream as openStreams sees it.
+type ender interface{ End(err error) }
+
+func newOpenStreams() *openStreams {
+	return &openStreams{set: map[ender]struct{}{}, drained: make(chan struct{})}
+}
+
+// add registers a stream, or fails with SHUTTING_DOWN after close.
+func (o *openStreams) add(e ender) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return errShuttingDown
+	}
+	o.set[e] = struct{}{}
+	return nil
+}
+
+// remove forgets a stream whose pump has left.
+func (o *openStreams) remove(e ender) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.set, e)
+	if o.closed && len(o.set) == 0 {
+		closeOnce(o.drained)
 	}
 }
 
-// transition returns the event of a cluster row change that is a state
-// transition (or a new cluster), nil otherwise: a row that changed only its
-// lastSeen or labels is not a transition.
-func transition(ev *index.Event) *model.ClusterConnectionEvent {
-	if ev.Type != index.EventCluster || ev.ClusterRow == nil {
-		return nil
-	}
-	c, prev := ev.ClusterRow, ev.PreviousCluster
-	if prev != nil && toState(prev.State) == toState(c.State) {
-		return nil
-	}
-	e := &model.ClusterConnectionEvent{Cluster: c.Name, State: toState(c.State), At: c.Since}
-	if prev != nil {
-		p := toState(prev.State)
-		e.Previous = &p
-	}
-	if c.State == index.StateDisconnected || c.State == index.StateDegraded {
-		e.Message = optString(c.LastError)
-	}
-	return e
+// len returns the number of open streams.
+func (o *openStreams) len() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.set)
 }
 
-// fleet answers Subscription.fleet: the current status, then the status
-// after every change that alters it. Statuses are levels, so a slow client
-// gets the latest one, never a backlog.
-func (s *service) fleetSubscription(ctx context.Context) (<-chan *model.FleetStatus, error) {
-	v, err := viewerFrom(ctx)
-	if err != nil {
-		return nil, err
+// close ends every stream with SHUTTING_DOWN; later adds fail. The
+// returned channel is closed once every pump has left, after which the
+// websockets may be closed without cutting off the pumps' final errors.
+func (o *openStreams) close() <-chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.closed = true
+	for e := range o.set {
+		e.End(errShuttingDown)
 	}
-	if !isWebsocket(ctx) {
-		return nil, errNeedsWebsocket()
+	if len(o.set) == 0 {
+		closeOnce(o.drained)
 	}
-	sub := newSubscriber(subFleet, 0, v.admin)
-	if _, err := s.hub.register(sub, s.store.LastSeq()); err != nil {
-		return nil, err
-	}
-	out := make(chan *model.FleetStatus)
-	s.metrics.subscriptionStarted(subFleet)
-	go s.fleetPump(ctx, v, sub, out)
-	return out, nil
+	return o.drained
 }
 
-// fleetPump is the fleet pump goroutine; it owns and closes out.
-func (s *service) fleetPump(ctx context.Context, v *viewer, sub *subscriber, out chan<- *model.FleetStatus) {
-	reason := "completed"
-	defer func() {
-		close(out)
-		s.hub.unregister(sub)
-		s.metrics.subscriptionEnded(subFleet, reason)
-	}()
-	var last *model.FleetStatus
-	for {
-		cur := toFleetStatus(s.store.Fleet(s.access(v)))
-		if last == nil || *cur != *last {
-			select {
-			case out <- cur:
-				s.metrics.delivered(subFleet)
-				last = cur
-			case <-ctx.Done():
-				return
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-sub.notify:
-		}
-		if _, _, _, endErr := sub.take(nil); endErr != nil {
-			reason = endReason(endErr)
-			endWith(ctx, endErr)
-			return
-		}
+// closeOnce closes ch unless it is closed already.
+func closeOnce(ch chan struct{}) {
+	select {
+	case <-ch:
+	default:
+		close(ch)
 	}
 }

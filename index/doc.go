@@ -23,6 +23,15 @@
 // for later queries, so checking a row costs one small map probe (see
 // accessIDs).
 //
+// Streams (ObjectChanges, ClusterChanges, FleetChanges) are the
+// subscription API: one fan-out goroutine reads the change feed and routes
+// each event by cluster and namespace to the streams it may concern, and
+// each stream applies its filter and its viewer's access (a function it
+// calls again after every policy change, so revocations reach open
+// streams), resumes from a sequence number, and catches up from the replay
+// buffer when its reader is slow; no writer and no fan-out ever waits for
+// a reader (see fanout).
+//
 // Blocking reads and revisions have a plain API of their own (Watch,
 // WatchPolicies, PolicyRevision), so that no other package imports
 // go-memdb: authz keeps its access cache valid by polling the one channel

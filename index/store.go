@@ -32,6 +32,7 @@ type Store struct {
 	x    *objIndex
 	seq  uint64 // last sequence number assigned
 	feed *feed
+	fan  *fanout // routes the feed to streams (ObjectChanges, ...)
 
 	// objRev is the objects revision of each cluster (see
 	// ObjectsRevision). It lives here rather than in memdb's revisions
@@ -98,6 +99,7 @@ func New(opts ...Option) *Store {
 	}
 	s := &Store{db: db, clock: o.clock, x: newObjIndex(), objRev: map[string]uint64{}, objWatch: map[string]chan struct{}{}}
 	s.feed = newFeed(s, o.replayBuffer)
+	s.fan = newFanout(s)
 	return s
 }
 
