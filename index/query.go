@@ -113,9 +113,6 @@ func appendCursor(dst []byte, c cursor) []byte {
 	return base64.RawURLEncoding.AppendEncode(dst, b)
 }
 
-// encodeCursor returns the opaque form of c (see appendCursor).
-func encodeCursor(c cursor) string { return string(appendCursor(nil, c)) }
-
 func decodeCursor(s string, o Order) (*cursor, error) {
 	if s == "" {
 		return nil, nil

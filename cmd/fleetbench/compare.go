@@ -156,7 +156,7 @@ func runCompare(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(dir)
+		defer func() { _ = os.RemoveAll(dir) }()
 		o.workDir = dir
 	}
 	// PostgreSQL runs as its own user when fleetbench runs as root, and

@@ -172,7 +172,6 @@ func (p *redisPeer) load(ctx context.Context, f indextest.Fleet, batch int) erro
 	for r, e := range order {
 		rank[e.i] = int32(r)
 	}
-	order = nil
 	next := 0
 	err := f.Each(batch, func(rows []index.Object) error {
 		pipe := p.rdb.Pipeline()

@@ -218,7 +218,7 @@ func (p *sqlitePeer) query(ctx context.Context, name string, args ...any) ([]str
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
+	defer func() { _ = rows.Close() }()
 	var out []string
 	for rows.Next() {
 		var cluster, grp, kind, ns, name, uid, status, msg, labels, rv string
@@ -273,7 +273,7 @@ func (p *sqlitePeer) facets(ctx context.Context) (facetCounts, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
+	defer func() { _ = rows.Close() }()
 	out := facetCounts{}
 	for rows.Next() {
 		var k string

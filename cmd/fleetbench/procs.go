@@ -95,7 +95,7 @@ func (d *daemon) waitPort(ctx context.Context, addr string) error {
 		select {
 		case err := <-d.done:
 			d.done <- err
-			return fmt.Errorf("%s exited before listening (%v): %s", d.name, err, d.logTail())
+			return fmt.Errorf("%s exited before listening (%w): %s", d.name, err, d.logTail())
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
@@ -112,7 +112,7 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
