@@ -1,15 +1,28 @@
 // Package graph serves fleetgraph's public GraphQL API with gqlgen: queries,
-// subscriptions, authentication and limits over HTTP and websockets.
+// subscriptions, authentication and limits over HTTP, websockets and
+// server-sent events.
 //
 // The schema (schema.graphqls) follows DESIGN.md's public contract; its
 // names are relied on outside this repository, so it is extended, never
 // renamed. NewHandler builds an http.Handler serving:
 //
-//	POST /graphql   GraphQL over HTTP with JSON (Authorization: Bearer)
+//	POST /graphql   GraphQL over HTTP with JSON (Authorization: Bearer); a
+//	                JSON or form body sent as a form (curl -d) when the
+//	                request carries Authorization; any other content type
+//	                is 415 naming application/json (post.go)
 //	GET  /graphql   websocket: graphql-transport-ws, or legacy graphql-ws,
-//	                with the token in the connection_init payload
+//	                with the token in the connection_init payload (ws.go)
+//	GET, POST /graphql with Accept: text/event-stream: server-sent events
+//	                (graphql-sse's distinct connections mode) for
+//	                EventSource clients, authenticated like POST (sse.go)
 //	GET  /          the dashboard (package ui), GraphiQL at /graphiql
 //	GET  /healthz, /readyz, /metrics (fleet admins; MetricsHandler for scrapers)
+//
+// Every transport has the same authentication, limits and RBAC: the
+// operation limits, the body or message cap, MaxOperations (per websocket,
+// or open event streams per viewer), the write timeout and the keep-alive;
+// credentials that expire or are revoked end websockets (4403) and event
+// streams (an UNAUTHENTICATED error event) alike.
 //
 // Resolvers are thin: they authenticate the viewer (authz authenticators),
 // take the viewer's access set from authz, and delegate to the index for

@@ -72,8 +72,9 @@ func (l *leafClients) actAs(user string) {
 	l.mu.Unlock()
 }
 
-// startE2E starts two seeded clusters, the manager and the API.
-func startE2E(t *testing.T) (*e2e, *leafClients) {
+// startE2E starts two seeded clusters, the manager and the API, with
+// Options adjusted by opts.
+func startE2E(t *testing.T, opts ...func(*Options)) (*e2e, *leafClients) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts real kube-apiservers")
@@ -132,10 +133,10 @@ func startE2E(t *testing.T) (*e2e, *leafClients) {
 		}
 	})
 	leaf := &leafClients{mgr: mgr, clusters: map[string]*testcluster.Cluster{east.Name: east, west.Name: west}}
-	f := newFixtureWith(t, store, func(o *Options) {
+	f := newFixtureWith(t, store, append([]func(*Options){func(o *Options) {
 		o.LeafClients = leaf
 		o.AdminGroups = nil
-	})
+	}}, opts...)...)
 	e := &e2e{fixture: f, east: east, west: west, mgr: mgr}
 	e.waitFor(t, 90*time.Second, "both clusters synced", func() error {
 		for _, c := range []string{east.Name, west.Name} {

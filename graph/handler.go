@@ -26,6 +26,7 @@ import (
 //	POST /graphql      GraphQL over HTTP (JSON), Authorization: Bearer <token>
 //	GET  /graphql      websocket upgrade: graphql-transport-ws or graphql-ws,
 //	                   token in the connection_init payload
+//	GET, POST /graphql with Accept: text/event-stream: server-sent events
 //	GET  /             the dashboard (also /objects and /object; unless Options.DisableDashboard)
 //	GET  /graphiql     GraphiQL (unless Options.DisableGraphiQL)
 //	GET  /assets/...   the pages' embedded scripts and styles
@@ -36,8 +37,9 @@ import (
 //	                   MetricsHandler on a separate listener for scrapers
 //
 // It is an http.Handler, so a program can mount it as is or under its own
-// mux. Close ends subscriptions and websockets; http.Server.Shutdown does
-// not, because websockets are hijacked connections.
+// mux. Close ends subscriptions, websockets and event streams;
+// http.Server.Shutdown does not, because websockets are hijacked
+// connections and event streams never end by themselves.
 type Handler struct {
 	opts    Options
 	svc     *service
@@ -51,6 +53,7 @@ type Handler struct {
 	connMu sync.Mutex
 	conns  map[*wsConn]struct{}
 	closed bool
+	sse    sseStreams
 }
 
 // NewHandler builds the API from its dependencies. It starts no goroutine:
@@ -80,6 +83,7 @@ func NewHandler(opts Options) (*Handler, error) {
 	es := generated.NewExecutableSchema(generated.Config{Resolvers: &Resolver{svc: h.svc}, Complexity: complexityRoot()})
 	srv := handler.New(es)
 	srv.AddTransport(h.wsTransport())
+	srv.AddTransport(h.sseTransport()) // before POST, which would claim its requests
 	srv.AddTransport(postTransport{})
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	srv.SetParserTokenLimit(opts.Limits.MaxTokens)
@@ -97,6 +101,7 @@ func NewHandler(opts Options) (*Handler, error) {
 		&operationLimits{maxDepth: opts.Limits.MaxDepth, maxAliases: opts.Limits.MaxAliases, maxComplexity: opts.Limits.MaxComplexity},
 		operationMetrics{m: m},
 		subscriptionEnd{},
+		sseEnd{},
 	)
 	exts = append(exts, opts.Extensions...)
 	for _, e := range exts {
@@ -149,9 +154,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // endpoint serves /graphql: websocket upgrades (origin check, then the
-// token in connection_init) and POST (bearer token, body cap).
+// token in connection_init), server-sent events (GET or POST with Accept:
+// text/event-stream; see sse.go) and POST (content type, bearer token,
+// body cap).
 func (h *Handler) endpoint(srv *handler.Server) http.Handler {
 	post := h.requireAuth(h.limitBody(srv))
+	sse := h.serveSSE(srv)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isUpgradeRequest(r) {
 			if h.isClosed() {
@@ -171,10 +179,29 @@ func (h *Handler) endpoint(srv *handler.Server) http.Handler {
 			srv.ServeHTTP(&upgradeWriter{ResponseWriter: w}, r.WithContext(withUpgrade(r.Context(), r)))
 			return
 		}
+		if wantsEventStream(r) && r.Method == http.MethodGet {
+			sse.ServeHTTP(w, r)
+			return
+		}
 		if r.Method != http.MethodPost {
 			h.metrics.rejected("method")
 			w.Header().Set("Allow", http.MethodPost)
-			writeHTTPError(w, http.StatusMethodNotAllowed, CodeBadRequest, "use POST with a JSON body, or a websocket")
+			writeHTTPError(w, http.StatusMethodNotAllowed, CodeBadRequest,
+				"use POST with a JSON body, a websocket, or server-sent events (Accept: text/event-stream)")
+			return
+		}
+		form, problem := postBody(r)
+		if problem == "" && form && wantsEventStream(r) {
+			problem = "an event stream request is JSON: send it with Content-Type: application/json"
+		}
+		if problem != "" {
+			h.metrics.rejected("media_type")
+			w.Header().Set("Accept", mediaJSON) // what a 415 may name (RFC 9110, 15.5.16)
+			writeHTTPError(w, http.StatusUnsupportedMediaType, CodeBadRequest, problem)
+			return
+		}
+		if wantsEventStream(r) {
+			sse.ServeHTTP(w, r)
 			return
 		}
 		post.ServeHTTP(w, r)
@@ -222,11 +249,13 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
 // operations before closing their websockets.
 const closeGrace = time.Second
 
-// Close ends every subscription (with SHUTTING_DOWN) and closes every
-// websocket with 1001, then waits for the sockets to close, at most until
-// ctx ends. Later websocket upgrades are refused. Plain HTTP requests are
-// left to http.Server.Shutdown.
+// Close ends every subscription (with SHUTTING_DOWN), closes every
+// websocket with 1001 and ends every event stream, each after its final
+// messages, then waits for the sockets to close and the streams to end, at
+// most until ctx ends. Later websockets and streams are refused. Plain HTTP
+// requests are left to http.Server.Shutdown.
 func (h *Handler) Close(ctx context.Context) error {
+	h.sse.shut()
 	h.connMu.Lock()
 	h.closed = true
 	conns := make([]*wsConn, 0, len(h.conns))
@@ -247,6 +276,14 @@ func (h *Handler) Close(ctx context.Context) error {
 	}
 	for _, c := range conns {
 		_ = c.WriteClose(closeGoingAway, "server shutting down")
+	}
+	// Streams end with their subscriptions; a stream still open after
+	// the grace (a query still running, a write still pending) is ended.
+	if h.sse.wait(quiet) != nil {
+		h.sse.cancelAll(errStreamShutdown)
+		if err := h.sse.wait(ctx); err != nil {
+			return fmt.Errorf("graph: waiting for event streams to end: %w", err)
+		}
 	}
 	for _, c := range conns {
 		select {

@@ -146,7 +146,10 @@ type WebsocketOptions struct {
 	WriteTimeout time.Duration
 	// MaxOperations bounds the operations (subscriptions and in-flight
 	// queries) one connection may run at once; more get an error message
-	// with code TOO_MANY_OPERATIONS.
+	// with code TOO_MANY_OPERATIONS. An event stream (server-sent events)
+	// is one operation, and one viewer may hold at most MaxOperations
+	// streams open at once (more get 429 TOO_MANY_OPERATIONS).
+	// WriteTimeout and KeepAlive apply to event streams too.
 	MaxOperations int
 }
 

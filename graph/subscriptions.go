@@ -27,9 +27,9 @@ import (
 // and cancels ctx on the client's complete message; graph's websocket
 // layer rejects a second operation with an id in use (4409).
 
-// errNeedsWebsocket rejects subscriptions sent over plain HTTP.
-func errNeedsWebsocket() error {
-	return newError(CodeBadRequest, nil, "subscriptions need a websocket (graphql-transport-ws or graphql-ws) on /graphql")
+// errNeedsStream rejects subscriptions sent over plain HTTP.
+func errNeedsStream() error {
+	return newError(CodeBadRequest, nil, "subscriptions need a websocket (graphql-transport-ws or graphql-ws) or server-sent events (Accept: text/event-stream) on /graphql")
 }
 
 // endWith records err as the subscription's final error. The pump calls it
@@ -84,8 +84,8 @@ func (s *service) objectChanges(ctx context.Context, filter *model.ObjectFilter,
 	if err != nil {
 		return nil, err
 	}
-	if !isWebsocket(ctx) {
-		return nil, errNeedsWebsocket()
+	if !isStream(ctx) {
+		return nil, errNeedsStream()
 	}
 	start := s.store.LastSeq()
 	if after != nil {
@@ -114,8 +114,8 @@ func (s *service) clusterConnection(ctx context.Context, clusters []string) (<-c
 	if err != nil {
 		return nil, err
 	}
-	if !isWebsocket(ctx) {
-		return nil, errNeedsWebsocket()
+	if !isStream(ctx) {
+		return nil, errNeedsStream()
 	}
 	st, err := s.store.ClusterChanges(index.ClusterChangesRequest{Clusters: clusters, Access: s.accessFunc(v), Buffer: s.subBuffer})
 	if err != nil {
@@ -146,8 +146,8 @@ func (s *service) fleetSubscription(ctx context.Context) (<-chan *model.FleetSta
 	if err != nil {
 		return nil, err
 	}
-	if !isWebsocket(ctx) {
-		return nil, errNeedsWebsocket()
+	if !isStream(ctx) {
+		return nil, errNeedsStream()
 	}
 	st, err := s.store.FleetChanges(index.FleetChangesRequest{Access: s.accessFunc(v)})
 	if err != nil {

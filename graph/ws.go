@@ -150,7 +150,7 @@ type wsConn struct {
 	initSeen    bool
 	active      map[string]*wsOperation // operation ids whose resolvers have not finished
 	writing     int                     // messages being written
-	quiet       chan struct{}           // closed when active and writing are both empty; nil if nobody waits
+	quiet       idleWaiter              // until active and writing are both empty
 	closing     bool
 	closed      chan struct{} // closed when the close handshake is over
 	done        chan struct{} // closed when the connection ends; stops keepAlive
@@ -398,7 +398,9 @@ func (c *wsConn) write(b []byte) error {
 	defer func() {
 		c.mu.Lock()
 		c.writing--
-		c.signalQuiet()
+		if c.isQuiet() {
+			c.quiet.wake()
+		}
 		c.mu.Unlock()
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), c.h.opts.Websocket.WriteTimeout)
@@ -409,29 +411,20 @@ func (c *wsConn) write(b []byte) error {
 	return nil
 }
 
-// signalQuiet wakes waitQuiet once no operation is in flight and nothing
-// is being written; c.mu is held.
-func (c *wsConn) signalQuiet() {
-	if c.quiet != nil && len(c.active) == 0 && c.writing == 0 {
-		close(c.quiet)
-		c.quiet = nil
-	}
-}
+// isQuiet reports whether no operation is in flight and nothing is being
+// written; c.mu is held.
+func (c *wsConn) isQuiet() bool { return len(c.active) == 0 && c.writing == 0 }
 
 // waitQuiet waits until no operation is in flight and nothing is being
 // written, so that a close frame cannot overtake the final messages of
 // operations that were just ended, or until ctx ends.
 func (c *wsConn) waitQuiet(ctx context.Context) {
 	c.mu.Lock()
-	if len(c.active) == 0 && c.writing == 0 {
-		c.mu.Unlock()
+	quiet := c.quiet.channel(c.isQuiet())
+	c.mu.Unlock()
+	if quiet == nil {
 		return
 	}
-	if c.quiet == nil {
-		c.quiet = make(chan struct{})
-	}
-	quiet := c.quiet
-	c.mu.Unlock()
 	select {
 	case <-quiet:
 	case <-ctx.Done():
