@@ -3,35 +3,97 @@ package fleetgraph_test
 import (
 	"errors"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// TestDependencyBoundaries checks the import rules of DESIGN.md that the
-// compiler does not: the root module never depends on k8s.io/kubernetes
-// (only the nested testenv module may), and the index, the package every
-// other one reads, imports no Kubernetes client code and no other
-// fleetgraph package.
+const module = "github.com/fleetgraph/fleetgraph"
+
+// TestDependencyBoundaries checks the import rules that the compiler does
+// not (docs/design.md, and each package's doc.go):
+//
+//   - the root module never depends on k8s.io/kubernetes (only the nested
+//     testenv module may);
+//   - index and authz, which every other package reads, import no
+//     Kubernetes or Istio client code; index imports no other fleetgraph
+//     package, authz only index and internal helpers;
+//   - graph is resolvers and transports: it reaches neither connection nor
+//     collector (the fleet status and the subscriptions it serves come from
+//     index);
+//   - only index imports go-memdb: every other package, graph and authz
+//     included, reads the database through index's own API (Watch,
+//     WatchPolicies, streams). graph's dependencies hold go-memdb only as
+//     what index itself is built on;
+//   - no reflection in graph, authz or index outside tests: shared access
+//     sets are explicit (index.Resources), not detected.
 func TestDependencyBoundaries(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("the go command is not on PATH")
 	}
-	for _, m := range goList(t, "-m", "all") {
-		if strings.HasPrefix(m, "k8s.io/kubernetes ") {
-			t.Errorf("the root module depends on %s; only testenv may", m)
-		}
-	}
-	forbidden := []string{"k8s.io/client-go/", "k8s.io/api/", "istio.io/", "github.com/fleetgraph/fleetgraph/"}
-	for _, pkg := range goList(t, "-deps", "./index/...") {
-		if strings.HasPrefix(pkg, "github.com/fleetgraph/fleetgraph/index") {
-			continue
-		}
-		for _, f := range forbidden {
-			if strings.HasPrefix(pkg, f) {
-				t.Errorf("index depends on %s", pkg)
+	t.Run("no k8s.io/kubernetes", func(t *testing.T) {
+		for _, m := range goList(t, "-m", "all") {
+			if strings.HasPrefix(m, "k8s.io/kubernetes ") {
+				t.Errorf("the root module depends on %s; only testenv may", m)
 			}
 		}
-	}
+	})
+	t.Run("index and authz import no client code", func(t *testing.T) {
+		clients := []string{"k8s.io/client-go/", "k8s.io/api/", "istio.io/", "sigs.k8s.io/controller-runtime", "github.com/fluxcd/"}
+		for _, tc := range []struct {
+			pkgs    string
+			allowed []string // fleetgraph packages it may depend on
+		}{
+			{"./index/...", []string{module + "/index"}},
+			{"./authz/...", []string{module + "/index", module + "/authz", module + "/internal"}},
+		} {
+			for _, pkg := range goList(t, "-deps", tc.pkgs) {
+				for _, f := range clients {
+					if strings.HasPrefix(pkg, f) {
+						t.Errorf("%s depends on %s", tc.pkgs, pkg)
+					}
+				}
+				if strings.HasPrefix(pkg, module+"/") && !slices.ContainsFunc(tc.allowed, func(a string) bool { return within(pkg, a) }) {
+					t.Errorf("%s depends on %s", tc.pkgs, pkg)
+				}
+			}
+		}
+	})
+	t.Run("graph reaches neither connection nor collector", func(t *testing.T) {
+		for _, pkg := range goList(t, "-deps", "./graph/...") {
+			if within(pkg, module+"/connection") || within(pkg, module+"/collector") {
+				t.Errorf("graph depends on %s", pkg)
+			}
+		}
+	})
+	t.Run("only index imports go-memdb", func(t *testing.T) {
+		const memdb = "github.com/hashicorp/go-memdb"
+		for _, line := range goList(t, "-f", "{{.ImportPath}} {{join .Imports \" \"}} {{join .TestImports \" \"}} {{join .XTestImports \" \"}}", "./...") {
+			pkg, imports, _ := strings.Cut(line, " ")
+			if slices.Contains(strings.Fields(imports), memdb) && pkg != module+"/index" {
+				t.Errorf("%s imports %s; only index may", pkg, memdb)
+			}
+		}
+		for _, line := range goList(t, "-deps", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "./graph/...") {
+			pkg, imports, _ := strings.Cut(line, " ")
+			if slices.Contains(strings.Fields(imports), memdb) && pkg != module+"/index" {
+				t.Errorf("graph reaches %s through %s, not only through index", memdb, pkg)
+			}
+		}
+	})
+	t.Run("no reflection in graph, authz and index", func(t *testing.T) {
+		for _, line := range goList(t, "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "./graph/...", "./authz/...", "./index/...") {
+			pkg, imports, _ := strings.Cut(line, " ")
+			if slices.Contains(strings.Fields(imports), "reflect") {
+				t.Errorf("%s imports reflect", pkg)
+			}
+		}
+	})
+}
+
+// within reports whether pkg is root or one of its subpackages.
+func within(pkg, root string) bool {
+	return pkg == root || strings.HasPrefix(pkg, root+"/")
 }
 
 func goList(t *testing.T, args ...string) []string {

@@ -2,7 +2,6 @@ package index
 
 import (
 	"fmt"
-	"reflect"
 	"slices"
 	"strings"
 )
@@ -58,12 +57,34 @@ func (w *writeTxn) putPolicy(o *Object) error {
 	table := policyTable(o.Kind)
 	old, err := w.mem().First(table, indexID, memKey(policyKey(o.Key())))
 	must(err)
-	if old != nil && reflect.DeepEqual(old, v) {
+	if old != nil && samePolicy(old, v) {
 		return nil
 	}
 	must(w.mem().Insert(table, v))
 	w.policyChanged(o.Cluster)
 	return nil
+}
+
+// samePolicy reports whether two stored policy values (*Role or *Binding)
+// are equal, so that a resync of unchanged RBAC rows changes no revision.
+// A nil and an empty list are equal, as they are to RBAC.
+func samePolicy(a, b any) bool {
+	switch x := a.(type) {
+	case *Role:
+		y, ok := b.(*Role)
+		return ok && x.Cluster == y.Cluster && x.Namespace == y.Namespace && x.Name == y.Name &&
+			slices.EqualFunc(x.Rules, y.Rules, sameRule)
+	case *Binding:
+		y, ok := b.(*Binding)
+		return ok && x.Cluster == y.Cluster && x.Namespace == y.Namespace && x.Name == y.Name &&
+			x.RoleRef == y.RoleRef && slices.Equal(x.Subjects, y.Subjects)
+	}
+	return false
+}
+
+func sameRule(a, b PolicyRule) bool {
+	return slices.Equal(a.Verbs, b.Verbs) && slices.Equal(a.APIGroups, b.APIGroups) && slices.Equal(a.Resources, b.Resources) &&
+		slices.Equal(a.ResourceNames, b.ResourceNames) && slices.Equal(a.NonResourceURLs, b.NonResourceURLs)
 }
 
 // upsertPolicy is Upsert of one policy row.
