@@ -49,6 +49,12 @@ const (
 	CodeBadRequest = "BAD_REQUEST"
 	// CodeRequestTooLarge: the HTTP body exceeds Limits.MaxBodyBytes (413).
 	CodeRequestTooLarge = "REQUEST_TOO_LARGE"
+	// CodeDeadlineExceeded: the query ran, or waited for a slot (see
+	// Limits.MaxScansPerViewer), past Limits.RequestTimeout.
+	CodeDeadlineExceeded = "DEADLINE_EXCEEDED"
+	// CodeCanceled: the client went away or the server is shutting down
+	// while the query ran.
+	CodeCanceled = "CANCELED"
 	// CodeShuttingDown: the server is closing; reconnect elsewhere or later.
 	CodeShuttingDown = "SHUTTING_DOWN"
 	// CodeInternal: a bug or an unexpected failure; the server logged it.

@@ -77,10 +77,10 @@ func NewHandler(opts Options) (*Handler, error) {
 	h.svc = &service{
 		store: opts.Store, authz: opts.Authorizer, authn: opts.Authenticator, leaf: opts.LeafClients,
 		adminGroups: opts.AdminGroups, allAccess: allFleet(), streams: h.streams, metrics: m, log: opts.Logger,
-		subBuffer: opts.SubscriptionBuffer, epoch: binary.LittleEndian.Uint64(seed[:]), now: time.Now,
+		subBuffer: opts.SubscriptionBuffer, limits: opts.Limits, admission: newAdmission(opts.Limits, m.reads), epoch: binary.LittleEndian.Uint64(seed[:]), now: time.Now,
 	}
 
-	es := generated.NewExecutableSchema(generated.Config{Resolvers: &Resolver{svc: h.svc}, Complexity: complexityRoot()})
+	es := generated.NewExecutableSchema(generated.Config{Resolvers: &Resolver{svc: h.svc}, Complexity: complexityRoot(opts.Limits)})
 	srv := handler.New(es)
 	srv.AddTransport(h.wsTransport())
 	srv.AddTransport(h.sseTransport()) // before POST, which would claim its requests
@@ -108,7 +108,19 @@ func NewHandler(opts Options) (*Handler, error) {
 		srv.Use(e)
 	}
 	srv.AroundOperations(func(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
-		return next(withOperation(ctx))
+		ctx = withOperation(ctx)
+		if graphql.GetOperationContext(ctx).Operation.Operation == ast.Subscription {
+			return next(ctx)
+		}
+		// A query answers once: its reads stop at the deadline, or when
+		// the client goes away (which cancels ctx), and its context ends
+		// with its answer.
+		ctx, cancel := context.WithTimeout(ctx, opts.Limits.RequestTimeout)
+		responses := next(ctx)
+		return func(ctx context.Context) *graphql.Response {
+			defer cancel()
+			return responses(ctx)
+		}
 	})
 	if name, ok := interceptsFields(exts); ok {
 		opts.Logger.Info("graph: the objects fast path is off: an extension intercepts fields", "extension", name)

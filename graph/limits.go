@@ -134,21 +134,30 @@ func operationDepth(op *ast.OperationDefinition) int {
 }
 
 // complexityRoot prices the fields whose cost is not their selection: a
-// page of objects costs its size times its selection, a live object read
-// costs a round trip to a cluster, and lists of clusters are assumed to be
-// a few dozen long.
-func complexityRoot() generated.ComplexityRoot {
+// page of objects costs its size times its selection, and ScanCost more
+// when it must visit every candidate row (see isScan); facets cost
+// FacetsCost, and ScanCost more likewise; a live object read costs a round
+// trip to a cluster; lists of clusters are assumed to be a few dozen long.
+// Aliases repeat fields, so they multiply these prices.
+func complexityRoot(l Limits) generated.ComplexityRoot {
 	var c generated.ComplexityRoot
-	c.Query.Objects = func(child int, _ *model.ObjectFilter, _ *model.ObjectOrder, first *int, _ *string) int {
+	scan := func(f *model.ObjectFilter, o *model.ObjectOrder) int {
+		if isScan(f, o) {
+			return l.ScanCost
+		}
+		return 0
+	}
+	c.Query.Objects = func(child int, f *model.ObjectFilter, o *model.ObjectOrder, first *int, _ *string) int {
 		n := index.DefaultPageSize
 		if first != nil && *first >= 0 {
 			n = min(*first, index.MaxPageSize)
 		}
-		return 1 + max(n, 1)*child
+		return 1 + max(n, 1)*child + scan(f, o)
 	}
-	c.Query.Object = func(child int, _, _ string, _ *string, _ string) int { return 50 + child }
+	c.Query.Object = func(child int, _, _ string, _ *string, _ string) int { return l.LiveReadCost + child }
+	c.Query.WhyVisible = func(child int, _, _ string, _ *string, _ string) int { return 50 + child }
 	c.Query.Clusters = func(child int, _ *string) int { return 1 + 20*child }
-	c.Query.Facets = func(child int, _ *model.ObjectFilter) int { return 10 + child }
+	c.Query.Facets = func(child int, f *model.ObjectFilter) int { return l.FacetsCost + child + scan(f, nil) }
 	return c
 }
 

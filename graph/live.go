@@ -52,6 +52,11 @@ func (s *service) object(ctx context.Context, cluster, kind string, namespace *s
 	case !k.Namespaced && ns != "":
 		return nil, newError(CodeBadUserInput, nil, "%s is cluster-scoped: omit namespace", k.GroupKind())
 	}
+	release, err := s.admission.liveRead(ctx, v)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	if s.leaf == nil {
 		return nil, newError(CodeClusterUnavailable, nil, "live reads are not configured on this server")
 	}

@@ -26,6 +26,7 @@ type metrics struct {
 	authFailures  *prometheus.CounterVec
 	httpRejected  *prometheus.CounterVec
 	wsConnections prometheus.Gauge
+	reads         *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer, store *index.Store) (*metrics, error) {
@@ -64,6 +65,10 @@ func newMetrics(reg prometheus.Registerer, store *index.Store) (*metrics, error)
 			Namespace: ns, Subsystem: "graphql", Name: "websocket_connections",
 			Help: "Open GraphQL websocket connections.",
 		}),
+		reads: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: "graphql", Name: "expensive_reads",
+			Help: "Scans (label selector, name search, an order other than name) and live object reads, running or waiting for a slot (see Limits).",
+		}, []string{"kind", "state"}),
 		deliveredC: map[subKind]prometheus.Counter{},
 	}
 	delivered := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -76,7 +81,7 @@ func newMetrics(reg prometheus.Registerer, store *index.Store) (*metrics, error)
 	}
 	for _, c := range []prometheus.Collector{
 		m.operations, m.latency, m.active, m.started, m.ended, delivered, newStreamCollector(store),
-		m.authFailures, m.httpRejected, m.wsConnections, newClusterCollector(store),
+		m.authFailures, m.httpRejected, m.wsConnections, m.reads, newClusterCollector(store),
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("graph: registering metrics: %w", err)

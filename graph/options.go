@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -104,6 +105,46 @@ type Limits struct {
 	MaxTokens int
 	// MaxBodyBytes bounds an HTTP request body; larger bodies get 413.
 	MaxBodyBytes int64
+
+	// ScanCost is the complexity added by an objects or facets field that
+	// must visit every candidate row: a label selector, a name search, or
+	// an order other than NAME. With MaxComplexity it bounds the scans one
+	// document may ask for, however they are aliased.
+	ScanCost int
+	// FacetsCost is the complexity of a facets field without a scan
+	// (per-cluster and per-namespace counts are summed for it).
+	FacetsCost int
+	// LiveReadCost is the complexity of an object(...) field, a round trip
+	// to a cluster.
+	LiveReadCost int
+
+	// MaxSelectorBytes bounds a labelSelector or clusterLabelSelector in
+	// bytes, checked before it is parsed.
+	MaxSelectorBytes int
+	// MaxSelectorTerms bounds the terms of a selector: each requirement,
+	// and each value of an in or notin list beyond the first.
+	MaxSelectorTerms int
+	// MaxNameContains bounds filter.nameContains in bytes.
+	MaxNameContains int
+	// MaxFilterValues bounds each list of a filter (clusters, namespaces,
+	// kinds, statuses).
+	MaxFilterValues int
+
+	// MaxScansPerViewer bounds the scans (see ScanCost) one viewer runs at
+	// once; more wait for a slot until their deadline.
+	MaxScansPerViewer int
+	// MaxConcurrentScans bounds the scans the server runs at once, for all
+	// viewers together; more wait. It keeps a core for everyone's cheap
+	// reads however many viewers scan.
+	MaxConcurrentScans int
+	// MaxLiveReadsPerViewer bounds the object(...) reads one viewer has in
+	// flight; more wait.
+	MaxLiveReadsPerViewer int
+
+	// RequestTimeout is the deadline of a query (over HTTP or a
+	// websocket); its reads stop when it passes or the client goes away,
+	// and it ends with DEADLINE_EXCEEDED. Subscriptions have none.
+	RequestTimeout time.Duration
 }
 
 // The default limits. Depth 15 admits the introspection query of GraphiQL
@@ -118,6 +159,32 @@ const (
 	DefaultMaxTokens     = 10000
 	DefaultMaxBodyBytes  = 1 << 20
 )
+
+// The default prices and bounds of reads. A scan of a 1M-object fleet
+// costs tens of milliseconds of CPU, so 5,000 lets a document ask for at
+// most nine (with a small selection) while a full page of 1,000 objects
+// with every field still fits. A live read costs a round trip to a
+// cluster: 1,000 allows 49 in one document. A selector of 4 KiB and 64
+// terms is far beyond what people write; no Kubernetes name is longer than
+// 253 bytes, so a longer nameContains can match nothing. Two scans per
+// viewer let a dashboard refresh two views at once; the total of scans
+// defaults to half the CPUs (at least one), so cheap reads always find a
+// core.
+const (
+	DefaultScanCost              = 5000
+	DefaultFacetsCost            = 100
+	DefaultLiveReadCost          = 1000
+	DefaultMaxSelectorBytes      = 4096
+	DefaultMaxSelectorTerms      = 64
+	DefaultMaxNameContains       = 253
+	DefaultMaxFilterValues       = 1000
+	DefaultMaxScansPerViewer     = 2
+	DefaultMaxLiveReadsPerViewer = 4
+	DefaultRequestTimeout        = 10 * time.Second
+)
+
+// DefaultMaxConcurrentScans is half the CPUs Go may use, at least one.
+func DefaultMaxConcurrentScans() int { return max(1, runtime.GOMAXPROCS(0)/2) }
 
 // WebsocketOptions configures the websocket transport. Zero values take the
 // defaults below.
@@ -178,8 +245,11 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Authenticator == nil {
 		errs = append(errs, errors.New("graph: Options.Authenticator is required"))
 	}
-	if o.Limits.MaxDepth < 0 || o.Limits.MaxComplexity < 0 || o.Limits.MaxAliases < 0 ||
-		o.Limits.MaxTokens < 0 || o.Limits.MaxBodyBytes < 0 {
+	l := &o.Limits
+	if l.MaxDepth < 0 || l.MaxComplexity < 0 || l.MaxAliases < 0 || l.MaxTokens < 0 || l.MaxBodyBytes < 0 ||
+		l.ScanCost < 0 || l.FacetsCost < 0 || l.LiveReadCost < 0 || l.MaxSelectorBytes < 0 || l.MaxSelectorTerms < 0 ||
+		l.MaxNameContains < 0 || l.MaxFilterValues < 0 || l.MaxScansPerViewer < 0 || l.MaxConcurrentScans < 0 ||
+		l.MaxLiveReadsPerViewer < 0 || l.RequestTimeout < 0 {
 		errs = append(errs, errors.New("graph: limits must not be negative"))
 	}
 	ws := &o.Websocket
@@ -194,6 +264,17 @@ func (o Options) withDefaults() (Options, error) {
 	setDefault(&o.Limits.MaxAliases, DefaultMaxAliases)
 	setDefault(&o.Limits.MaxTokens, DefaultMaxTokens)
 	setDefault(&o.Limits.MaxBodyBytes, DefaultMaxBodyBytes)
+	setDefault(&l.ScanCost, DefaultScanCost)
+	setDefault(&l.FacetsCost, DefaultFacetsCost)
+	setDefault(&l.LiveReadCost, DefaultLiveReadCost)
+	setDefault(&l.MaxSelectorBytes, DefaultMaxSelectorBytes)
+	setDefault(&l.MaxSelectorTerms, DefaultMaxSelectorTerms)
+	setDefault(&l.MaxNameContains, DefaultMaxNameContains)
+	setDefault(&l.MaxFilterValues, DefaultMaxFilterValues)
+	setDefault(&l.MaxScansPerViewer, DefaultMaxScansPerViewer)
+	setDefault(&l.MaxConcurrentScans, DefaultMaxConcurrentScans())
+	setDefault(&l.MaxLiveReadsPerViewer, DefaultMaxLiveReadsPerViewer)
+	setDefault(&l.RequestTimeout, DefaultRequestTimeout)
 	setDefault(&ws.InitTimeout, DefaultInitTimeout)
 	setDefault(&ws.KeepAlive, DefaultKeepAlive)
 	setDefault(&ws.ReadLimit, DefaultReadLimit)

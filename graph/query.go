@@ -27,6 +27,8 @@ type service struct {
 	metrics     *metrics
 	log         *slog.Logger
 	subBuffer   int
+	limits      Limits
+	admission   *admission
 	epoch       uint64 // random per handler; part of change cursors
 	now         func() time.Time
 }
@@ -34,10 +36,24 @@ type service struct {
 // indexError maps an index error: invalid queries are the client's
 // mistake, anything else is ours.
 func indexError(err error) error {
-	if errors.Is(err, index.ErrInvalidQuery) {
+	switch {
+	case errors.Is(err, index.ErrInvalidQuery):
 		return newError(CodeBadUserInput, err, "invalid query")
+	case errors.Is(err, context.DeadlineExceeded):
+		return newError(CodeDeadlineExceeded, nil, "the query ran past its deadline and was stopped")
+	case errors.Is(err, context.Canceled):
+		return newError(CodeCanceled, nil, "the query was canceled (the client went away or the server is shutting down)")
 	}
 	return err
+}
+
+// admitScan waits for a scan slot when a read over f in order o is a scan
+// (see isScan); release is a no-op otherwise.
+func (s *service) admitScan(ctx context.Context, v *viewer, f *model.ObjectFilter, o *model.ObjectOrder) (release func(), err error) {
+	if !isScan(f, o) {
+		return func() {}, nil
+	}
+	return s.admission.scan(ctx, v)
 }
 
 // objectsPage is one page of Query.objects before conversion: the index's
@@ -79,7 +95,16 @@ func (s *service) queryObjects(ctx context.Context, filter *model.ObjectFilter, 
 		}
 		n = *first
 	}
-	q := index.Query{Filter: toFilter(filter), Order: toOrder(orderBy), First: max(n, 1), Access: s.access(v)}
+	f, err := s.filterOf(filter)
+	if err != nil {
+		return nil, err
+	}
+	release, err := s.admitScan(ctx, v, filter, orderBy)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	q := index.Query{Filter: f, Order: toOrder(orderBy), First: max(n, 1), Access: s.access(v)}
 	if after != nil {
 		q.After = *after
 	}
@@ -121,7 +146,16 @@ func (s *service) facets(ctx context.Context, filter *model.ObjectFilter) (*mode
 	if err != nil {
 		return nil, err
 	}
-	f, err := s.store.Facets(ctx, toFilter(filter), s.access(v))
+	filt, err := s.filterOf(filter)
+	if err != nil {
+		return nil, err
+	}
+	release, err := s.admitScan(ctx, v, filter, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	f, err := s.store.Facets(ctx, filt, s.access(v))
 	if err != nil {
 		return nil, indexError(err)
 	}
@@ -167,6 +201,9 @@ func (s *service) clusters(ctx context.Context, labelSelector *string) ([]*model
 	}
 	sel := labels.Everything()
 	if labelSelector != nil {
+		if err := s.limits.checkSelector("labelSelector", *labelSelector); err != nil {
+			return nil, err
+		}
 		if sel, err = labels.Parse(*labelSelector); err != nil {
 			return nil, newError(CodeBadUserInput, err, "label selector %q: %v", *labelSelector, err)
 		}

@@ -87,13 +87,17 @@ func (s *service) objectChanges(ctx context.Context, filter *model.ObjectFilter,
 	if !isStream(ctx) {
 		return nil, errNeedsStream()
 	}
+	f, err := s.filterOf(filter)
+	if err != nil {
+		return nil, err
+	}
 	start := s.store.LastSeq()
 	if after != nil {
 		if start, err = s.decodeChangeCursor(*after); err != nil {
 			return nil, err
 		}
 	}
-	st, err := s.store.ObjectChanges(index.ObjectChangesRequest{Filter: toFilter(filter), After: start, Access: s.accessFunc(v), Buffer: s.subBuffer})
+	st, err := s.store.ObjectChanges(index.ObjectChangesRequest{Filter: f, After: start, Access: s.accessFunc(v), Buffer: s.subBuffer})
 	if err != nil {
 		return nil, indexError(err)
 	}
