@@ -9,9 +9,20 @@ BIN := $(CURDIR)/bin
 TESTENV := $(BIN)/kube-testenv
 GOLANGCI_LINT_VERSION := v2.6.2
 GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+# Helm, built from the version tools/helm/go.mod pins (no prebuilt download);
+# its default Kubernetes version is set as Helm's own Makefile sets it.
+HELM := $(BIN)/helm
+HELM_LDFLAGS := -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=35 \
+	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=35
+CHART := charts/fleetgraph
+DOCKERFILE_LINT := tools/dockerfile-lint/node_modules/.bin/dockerfile-utils
+# The image `make image` builds; the chart's default image (values.yaml) names it.
+CONTAINER_ENGINE ?= docker
+IMAGE ?= ghcr.io/fleetgraph/fleetgraph:$(shell sed -n 's/^appVersion: *"\(.*\)"/\1/p' charts/fleetgraph/Chart.yaml)
 
-# Tests find the control-plane binary here, whatever their working directory.
+# Tests find the control-plane binary and Helm here, whatever their working directory.
 export FLEETGRAPH_TESTENV := $(TESTENV)
+export FLEETGRAPH_HELM := $(HELM)
 
 # The Kubernetes version kube-testenv reports (k8s.io/kubernetes is built as a
 # library, so its version stamp has to be set here).
@@ -77,6 +88,40 @@ test-ui: $(UI_DEPS)
 
 $(UI_DEPS): ui/package-lock.json
 	npm ci --prefix ui --no-audit --no-fund
+
+## helm: build bin/helm from the version tools/helm/go.mod pins
+helm: $(HELM)
+
+$(HELM): tools/helm/go.mod tools/helm/go.sum
+	@mkdir -p $(BIN)
+	@echo "building helm (helm.sh/helm/v3, pinned in tools/helm/go.mod)..."
+	cd tools/helm && $(GO) build -ldflags "$(HELM_LDFLAGS)" -o $(HELM) helm.sh/helm/v3/cmd/helm
+	@touch $(HELM)
+
+## chart-rbac: regenerate the chart's RBAC rules from `fleetgraph rbac --helm-template`
+chart-rbac:
+	$(GO) run ./cmd/fleetgraph rbac --helm-template > $(CHART)/templates/_rbac.tpl
+
+## test-chart: helm lint and helm template of charts/fleetgraph in each mode (the Go tests check what they render)
+test-chart: $(HELM)
+	$(HELM) lint --strict $(CHART)
+	$(HELM) lint --strict $(CHART) --set mode=leaf
+	$(HELM) lint --strict $(CHART) --set mode=edge --set edge.managerURL=https://fleetgraph.example.com/edge --set edge.cluster=leaf-1 --set edge.tokenSecret=edge-token
+	$(HELM) template fleetgraph $(CHART) --namespace fleetgraph > /dev/null
+	$(HELM) template fleetgraph $(CHART) --namespace fleetgraph --set mode=leaf > /dev/null
+
+## lint-dockerfile: dockerfile-utils (pinned in tools/dockerfile-lint) over the Dockerfile
+lint-dockerfile: $(DOCKERFILE_LINT)
+	$(DOCKERFILE_LINT) lint Dockerfile
+
+$(DOCKERFILE_LINT): tools/dockerfile-lint/package-lock.json
+	npm ci --prefix tools/dockerfile-lint --no-audit --no-fund
+	@touch $(DOCKERFILE_LINT)
+
+## image: build the container image (needs a running docker or podman engine)
+image:
+	@command -v $(CONTAINER_ENGINE) >/dev/null || { echo "make image: $(CONTAINER_ENGINE) is not installed; set CONTAINER_ENGINE=podman or install docker" >&2; exit 1; }
+	$(CONTAINER_ENGINE) build -t $(IMAGE) .
 
 ## lint: golangci-lint v2 with the config in .golangci.yml
 lint: $(GOLANGCI_LINT)

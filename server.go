@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -83,7 +84,8 @@ type Server struct {
 	manager  *connection.Manager
 	registry *sources.Registry
 	sources  []sources.Source
-	edges    *edge.Hub // nil without EdgeTokens
+	stopping *atomic.Bool // set when Run's context ends: /readyz fails from then on
+	edges    *edge.Hub    // nil without EdgeTokens
 	handler  *graph.Handler
 	root     http.Handler
 	logger   *slog.Logger
@@ -145,8 +147,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	gopts.Registry, gopts.Logger = cfg.Registry, cfg.Logger
 	// Ready once every source has listed once and every cluster has
-	// synced or reported why it cannot.
+	// synced or reported why it cannot; not ready again once stopping, so
+	// that load balancers send nothing new while websockets are closed.
+	stopping := &atomic.Bool{}
 	gopts.Ready = func(context.Context) error {
+		if stopping.Load() {
+			return errors.New("shutting down")
+		}
 		if err := claims.Ready(); err != nil {
 			return err
 		}
@@ -167,7 +174,7 @@ func New(cfg Config) (*Server, error) {
 		root = mux
 	}
 	return &Server{
-		store: store, authz: az, manager: manager, registry: claims, sources: cfg.Sources,
+		store: store, authz: az, manager: manager, registry: claims, sources: cfg.Sources, stopping: stopping,
 		edges: edges, handler: h, root: root, logger: cfg.Logger,
 	}, nil
 }
@@ -220,6 +227,10 @@ func (s *Server) Run(ctx context.Context) error {
 			cancel()
 		}
 		srcErr <- err
+	}()
+	go func() {
+		<-ctx.Done()
+		s.stopping.Store(true)
 	}()
 	err := errors.Join(s.manager.Run(ctx), <-edgeErr, <-srcErr)
 	closeCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)

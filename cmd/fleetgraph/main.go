@@ -29,7 +29,7 @@ func main() {
 }
 
 func newRootCommand() *cobra.Command {
-	var logLevel string
+	var logLevel, logFormat string
 	root := &cobra.Command{
 		Use:           "fleetgraph",
 		Short:         "One GraphQL view of many Kubernetes clusters, filtered by each cluster's RBAC",
@@ -40,13 +40,24 @@ func newRootCommand() *cobra.Command {
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return fmt.Errorf("--log-level: %w", err)
 			}
-			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			opts := &slog.HandlerOptions{Level: level}
+			var handler slog.Handler
+			switch logFormat {
+			case "text":
+				handler = slog.NewTextHandler(cmd.ErrOrStderr(), opts)
+			case "json":
+				handler = slog.NewJSONHandler(cmd.ErrOrStderr(), opts)
+			default:
+				return fmt.Errorf("--log-format: %q is neither text nor json", logFormat)
+			}
+			logger := slog.New(handler)
 			slog.SetDefault(logger)
 			klog.SetSlogLogger(logger) // client-go logs through slog too
 			return nil
 		},
 	}
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.PersistentFlags().StringVar(&logFormat, "log-format", "text", "log format: text, or json (one object per line, for log collectors)")
 	root.AddCommand(newServeCommand(), newEdgeCommand(), newDemoCommand(), newRBACCommand())
 	return root
 }

@@ -1,9 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
 	"maps"
 	"strings"
 	"testing"
+
+	"k8s.io/klog/v2"
 )
 
 func TestParseClusterLabels(t *testing.T) {
@@ -48,5 +54,42 @@ func TestSourceFlagErrors(t *testing.T) {
 				t.Fatalf("got %v, want an error mentioning %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestLogFormat checks that --log-format json logs one JSON object per
+// line, klog's (client-go's) lines included, and that other formats fail.
+func TestLogFormat(t *testing.T) {
+	prev := slog.Default()
+	t.Cleanup(func() {
+		slog.SetDefault(prev)
+		klog.SetSlogLogger(prev)
+	})
+	var stderr bytes.Buffer
+	root := newRootCommand()
+	root.SetErr(&stderr)
+	root.SetOut(io.Discard)
+	root.SetArgs([]string{"--log-format", "json", "rbac", "--target", "leaf"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	slog.Info("from slog", "k", "v")
+	klog.InfoS("from klog", "k", "v")
+	klog.Flush()
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want 2 log lines, got %q", stderr.String())
+	}
+	for _, l := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil || m["k"] != "v" || m["msg"] == nil {
+			t.Errorf("not a JSON log line with its fields: %q (%v)", l, err)
+		}
+	}
+	root = newRootCommand()
+	root.SetErr(io.Discard)
+	root.SetArgs([]string{"--log-format", "xml", "rbac"})
+	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "--log-format") {
+		t.Errorf("--log-format xml: %v", err)
 	}
 }
