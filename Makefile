@@ -40,7 +40,7 @@ UI_DEPS := ui/node_modules/.package-lock.json
 
 TESTENV_SRC := $(shell find testenv -name '*.go' -not -path '*/rbacdiff/*') testenv/go.mod testenv/go.sum Makefile
 
-.PHONY: all build test test-root test-testenv test-fleetbench lint demo testenv crds \
+.PHONY: all build test test-root test-testenv test-fleetbench test-chart chart-rbac helm image lint-dockerfile lint demo testenv crds \
 	bench-index bench-scale bench-authz bench-collector bench-graph bench-compare bench-servers test-rbac-full test-conformance clean
 
 all: build
@@ -57,10 +57,10 @@ $(TESTENV): $(TESTENV_SRC)
 	cd testenv && $(GO) build -ldflags "$(TESTENV_LDFLAGS)" -o $(TESTENV) ./cmd/kube-testenv
 	@touch $(TESTENV)
 
-## test: every test of every module, with the race detector
-test: testenv test-ui test-root test-testenv test-fleetbench
+## test: every test of every module, with the race detector; helm lint and template of the chart; the Dockerfile's lint
+test: testenv test-ui test-chart lint-dockerfile test-root test-testenv test-fleetbench
 
-test-root: $(CONFORMANCE_DEPS)
+test-root: $(CONFORMANCE_DEPS) $(HELM)
 	FLEETGRAPH_CONFORMANCE=1 $(GO) test -race -timeout 30m ./...
 
 test-testenv:
