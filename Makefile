@@ -1,7 +1,7 @@
 # fleetgraph make targets. `make test` and `make demo` set up everything a
 # fresh machine needs; nothing here downloads anything but Go modules, the
 # npm packages pinned in graph/conformance/package-lock.json and
-# ui/package-lock.json (npm ci), and Debian's chromium for the browser test.
+# ui/package-lock.json, and Debian's chromium for the browser test.
 
 SHELL := /bin/bash
 GO ?= go
@@ -53,8 +53,12 @@ testenv: $(TESTENV)
 
 $(TESTENV): $(TESTENV_SRC)
 	@mkdir -p $(BIN)
-	@echo "building kube-testenv (k8s.io/kubernetes; about 6 minutes cold)..."
-	cd testenv && $(GO) build -ldflags "$(TESTENV_LDFLAGS)" -o $(TESTENV) ./cmd/kube-testenv
+	@echo "building kube-testenv (k8s.io/kubernetes; about 6 minutes cold), progress every 100 packages..."
+	@# go build -v names each package it compiles: count them against the
+	@# dependencies, so a long cold build shows that it moves.
+	cd testenv && set -o pipefail && total=$$($(GO) list -deps ./cmd/kube-testenv | wc -l) && \
+		$(GO) build -v -ldflags "$(TESTENV_LDFLAGS)" -o $(TESTENV) ./cmd/kube-testenv 2>&1 | \
+		awk -v total=$$total '/^[A-Za-z0-9._~\/-]+$$/ { n++; if (n % 100 == 0) printf "  kube-testenv: %d of %d packages compiled\n", n, total; next } { print }'
 	@touch $(TESTENV)
 
 ## test: every test of every module, with the race detector; helm lint and template of the chart; the Dockerfile's lint
@@ -86,8 +90,13 @@ test-ui: $(UI_DEPS)
 	@diff -r ui/dist $(BIN)/ui-dist >/dev/null || { diff -r ui/dist $(BIN)/ui-dist | head -20; \
 		echo "ui/dist is not the build of ui/src: run 'make ui' and commit ui/dist"; exit 1; }
 
+# npm install with the committed lock, not npm ci: the registry these
+# machines reach serves only the linux-x64 builds of Rollup and esbuild, so
+# the lock cannot list the other platforms' optional packages, which npm ci
+# insists on. --no-save keeps the lock as committed; it pins every version.
 $(UI_DEPS): ui/package-lock.json
-	npm ci --prefix ui --no-audit --no-fund
+	npm install --prefix ui --no-save --no-audit --no-fund
+	@touch $(UI_DEPS)
 
 ## helm: build bin/helm from the version tools/helm/go.mod pins
 helm: $(HELM)

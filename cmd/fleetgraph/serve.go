@@ -54,6 +54,12 @@ type serveFlags struct {
 	noIntrospection   bool
 	originPatterns    []string
 	allowAnonymous    bool
+
+	// Set by demo, not flags: a listener already open (so the URL can be
+	// printed before the clusters start), and routes around the API that
+	// use its authenticator.
+	listener net.Listener
+	wrap     func(authz.Authenticator, http.Handler) http.Handler
 }
 
 func (f *serveFlags) register(cmd *cobra.Command) {
@@ -166,13 +172,19 @@ func serve(ctx context.Context, f *serveFlags, specs []connection.Spec) error {
 			}
 		}()
 	}
-	httpServer := &http.Server{Addr: f.listen, Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	ln, err := net.Listen("tcp", f.listen)
-	if err != nil {
-		if metricsServer != nil {
-			_ = metricsServer.Close()
+	handler := srv.Handler()
+	if f.wrap != nil {
+		handler = f.wrap(authn, handler)
+	}
+	httpServer := &http.Server{Addr: f.listen, Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	ln := f.listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", f.listen); err != nil {
+			if metricsServer != nil {
+				_ = metricsServer.Close()
+			}
+			return fmt.Errorf("listen on %s: %w", f.listen, err)
 		}
-		return fmt.Errorf("listen on %s: %w", f.listen, err)
 	}
 	scheme := "http"
 	if f.tlsCert != "" {
