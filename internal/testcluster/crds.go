@@ -34,6 +34,12 @@ var FluxCRDs []byte
 //go:embed testdata/source-crds.yaml
 var SourceCRDs []byte
 
+// MonitoringCRDs holds minimal structural CRDs for the Prometheus
+// Operator's ServiceMonitor and PrometheusRule.
+//
+//go:embed testdata/monitoring-crds.yaml
+var MonitoringCRDs []byte
+
 // crdEstablishTimeout bounds the wait for new CRDs to be served.
 const crdEstablishTimeout = 60 * time.Second
 
