@@ -91,7 +91,9 @@ the peers' do not; PostgreSQL runs without durability (fsync, synchronous_commit
 full_page_writes off); Redis answers Q6 from a per-viewer scope set built once, off the clock.
 fleetgraph in process is index.Store called directly (what a GraphQL resolver calls);
 fleetgraph_http is the same store behind the real GraphQL handler on loopback HTTP, timed to the
-decoded answer, with the viewers' access computed by authz from RoleBindings in the index.
+decoded answer, with the viewers' access computed by authz from RoleBindings in the index; it
+answers Q1 with an objects query filtered by cluster, namespace, kind and nameContains (the API's
+object(...) reads the live cluster, not the index).
 
 Memory per object is measured differently per store (each says how below): fleetgraph and
 Redis as growth of the process's RSS (fleetgraph: peak RSS, garbage collector headroom
