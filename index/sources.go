@@ -57,7 +57,25 @@ func (x *objIndex) unionSource(lists []*postings) source {
 		}
 	}}
 	if len(lists) <= maxHasLists {
+		// A walk probes members in name order, that is at random row ids:
+		// each probe of a sorted array is a binary search of cache misses
+		// (about 300 ns at 10M rows). Once the probes have cost about what
+		// setting every member's bit in a bitmap costs, build one.
+		var bits []uint64
+		calls := 0
 		s.has = func(rid uint32) bool {
+			if bits == nil {
+				if calls++; n >= hasBitmapMin && calls > n/64 {
+					bits = make([]uint64, x.maxRows()/64+1)
+					for _, l := range lists {
+						l.each(func(id uint32) bool { bits[id>>6] |= 1 << (id & 63); return true })
+					}
+				}
+			}
+			if bits != nil {
+				w := int(rid >> 6)
+				return w < len(bits) && bits[w]&(1<<(rid&63)) != 0
+			}
 			for _, l := range lists {
 				if l.has(rid) {
 					return true
@@ -71,6 +89,10 @@ func (x *objIndex) unionSource(lists []*postings) source {
 
 // maxHasLists bounds the posting lists a source's membership test probes.
 const maxHasLists = 8
+
+// hasBitmapMin is the smallest source whose membership test may switch to
+// a bitmap (see unionSource).
+const hasBitmapMin = 256
 
 // kindStatusSource is the union of the (kind, status) posting lists the
 // kind and status filters allow.
