@@ -189,6 +189,17 @@ func (m *Manager) Reconnect(name string) error {
 	return nil
 }
 
+// SetLabels replaces a cluster's labels without reconnecting it, for a
+// source object that was relabelled.
+func (m *Manager) SetLabels(ctx context.Context, name string, labels map[string]string) error {
+	c, err := m.cluster(name)
+	if err != nil {
+		return err
+	}
+	c.state.SetLabels(ctx, labels)
+	return nil
+}
+
 // Clusters returns the names of the managed clusters, sorted.
 func (m *Manager) Clusters() []string {
 	m.mu.Lock()

@@ -22,6 +22,7 @@ type Fleet interface {
 	Add(spec connection.Spec) error
 	Remove(ctx context.Context, name string) error
 	Reconnect(name string) error
+	SetLabels(ctx context.Context, name string, labels map[string]string) error
 }
 
 // Claim says that one source object names a cluster, and how to reach it.
@@ -83,8 +84,8 @@ func NewRegistry(fleet Fleet, logger *slog.Logger) *Registry {
 
 // Set adds or updates a claim. A new cluster name adds the cluster; a
 // second claim of a name already claimed is a conflict, reported as the
-// cluster's connection error until one of the two goes; a changed Version
-// reconnects the cluster.
+// cluster's connection error until one of the two goes; changed labels
+// relabel the cluster in place; a changed Version reconnects it.
 func (r *Registry) Set(c Claim) {
 	r.apply.Lock()
 	defer r.apply.Unlock()
@@ -130,9 +131,14 @@ func (r *Registry) Set(c Claim) {
 		log.Error("cluster is named by another source object too; it stays disconnected until one of them goes",
 			"others", refs(claims[:len(claims)-1]))
 		r.reconnect(log, nc.Cluster)
-	case old.Version != nc.Version && first:
-		log.Info("cluster credentials changed; reconnecting")
-		r.reconnect(log, nc.Cluster)
+	case first:
+		if !maps.Equal(old.Labels, nc.Labels) {
+			r.setLabels(log, nc.Cluster, nc.Labels)
+		}
+		if old.Version != nc.Version {
+			log.Info("cluster credentials changed; reconnecting")
+			r.reconnect(log, nc.Cluster)
+		}
 	}
 }
 
@@ -172,7 +178,14 @@ func (r *Registry) deleteLocked(ctx context.Context, c *Claim) {
 		log.Info("cluster removed with its source object")
 	case 1:
 		log.Info("conflict resolved; reconnecting with the remaining source object", "remaining", claims[0].ref())
+		r.setLabels(log, c.Cluster, claims[0].Labels)
 		r.reconnect(log, c.Cluster)
+	}
+}
+
+func (r *Registry) setLabels(log *slog.Logger, cluster string, labels map[string]string) {
+	if err := r.fleet.SetLabels(context.Background(), cluster, maps.Clone(labels)); err != nil {
+		log.Error("relabelling cluster failed", "err", err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -47,6 +48,17 @@ func (f *fakeFleet) Reconnect(name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, "reconnect "+name)
+	return nil
+}
+
+func (f *fakeFleet) SetLabels(_ context.Context, name string, labels map[string]string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var kv []string
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		kv = append(kv, k+"="+labels[k])
+	}
+	f.calls = append(f.calls, "labels "+name+" "+strings.Join(kv, ","))
 	return nil
 }
 
@@ -94,10 +106,16 @@ func TestRegistry(t *testing.T) {
 		t.Fatalf("config of a: %v, %v", cfg, err)
 	}
 
-	// The same claim again changes nothing; new credentials reconnect.
+	// The same claim again changes nothing; new labels relabel; new
+	// credentials reconnect.
 	r.Set(claim("capi", "ns/a", "a", "v1", "https://a"))
 	expect()
-	r.Set(claim("capi", "ns/a", "a", "v2", "https://a2"))
+	relabelled := claim("capi", "ns/a", "a", "v1", "https://a")
+	relabelled.Labels = map[string]string{"env": "prod"}
+	r.Set(relabelled)
+	expect("labels a env=prod")
+	relabelled.Version, relabelled.Config = "v2", claim("", "", "", "", "https://a2").Config
+	r.Set(relabelled)
 	expect("reconnect a")
 	if cfg, _ := f.config(t, "a"); cfg.Host != "https://a2" {
 		t.Errorf("config after the change: %s", cfg.Host)
@@ -110,9 +128,10 @@ func TestRegistry(t *testing.T) {
 	if !errors.Is(err, sources.ErrConflict) || !strings.Contains(err.Error(), "capi ns/a and argocd argocd/a") {
 		t.Fatalf("config during the conflict: %v", err)
 	}
-	// The first claim going leaves the second: the cluster reconnects with it.
+	// The first claim going leaves the second: the cluster takes its labels
+	// and reconnects with it.
 	r.Delete(t.Context(), "capi", "ns/a")
-	expect("reconnect a")
+	expect("labels a ", "reconnect a")
 	if cfg, err := f.config(t, "a"); err != nil || cfg.Host != "https://elsewhere" {
 		t.Fatalf("config after the conflict: %v, %v", cfg, err)
 	}

@@ -2,15 +2,18 @@ package sources_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/fleetgraph/fleetgraph/connection/internal/conntest"
 	"github.com/fleetgraph/fleetgraph/connection/sources"
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/internal/testcluster"
@@ -155,6 +158,19 @@ func testCAPI(t *testing.T, e *fleetEnv) {
 	f := runFleet(t, sources.NewCAPI(e.options(ns)))
 	f.waitConnected(t, "prod", 1, map[string]string{"env": "prod", "region": "eu-west-1", sources.SourceLabel: "capi"})
 	f.waitError(t, "new", "secret capi/new-kubeconfig (kubeconfig of Cluster API cluster capi/new, phase Provisioning) not found")
+
+	// A relabelled Cluster relabels its cluster in place: no reconnect.
+	e.putObject(t, gvrCAPICluster, "Cluster", ns, "prod", map[string]string{"env": "prod", "region": "us-east-1"},
+		map[string]any{}, map[string]any{"phase": "Provisioned"})
+	conntest.Eventually(t, 30*time.Second, "relabelled", func() error {
+		if row, _ := f.store.GetCluster(nil, "prod"); row == nil || row.Labels["region"] != "us-east-1" {
+			return fmt.Errorf("labels %v", row.Labels)
+		}
+		return nil
+	})
+	if n := len(f.rec.Of("prod")); n != 2 {
+		t.Errorf("relabelling made transitions: %v", f.rec.Of("prod"))
+	}
 
 	f.rotate(t, e, "prod", leaf1, bound, true, put)
 

@@ -206,6 +206,22 @@ func (m *Machine) Lost(ctx context.Context, gen uint64, err error) {
 	m.flush(ctx)
 }
 
+// SetLabels replaces the cluster's labels, for example when its source
+// object was relabelled. It is no transition and needs no connection: the
+// row is written at once if one was written before, else with the first
+// Connect.
+func (m *Machine) SetLabels(ctx context.Context, labels map[string]string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if maps.Equal(m.row.Labels, labels) {
+		return
+	}
+	m.row.Labels = maps.Clone(labels)
+	if m.written {
+		m.flush(ctx)
+	}
+}
+
 // current reports whether gen is the live connection. mu must be held.
 func (m *Machine) current(gen uint64) bool {
 	if gen != m.gen || !m.live {

@@ -312,3 +312,30 @@ func TestStaleCallsUnderConcurrency(t *testing.T) {
 		t.Fatalf("last error %q, want the current connection's", r.LastError)
 	}
 }
+
+// TestSetLabels: new labels are written at once once a row exists, without
+// a transition, and kept for the first row when set before it.
+func TestSetLabels(t *testing.T) {
+	ctx := context.Background()
+	m, rec := newMachine(t)
+	m.SetLabels(ctx, map[string]string{"env": "staging"})
+	if len(rec.rows) != 0 {
+		t.Fatalf("labels before the first Connect wrote %d rows", len(rec.rows))
+	}
+	gen := m.Connect(ctx, true, nil)
+	m.Report(ctx, gen, Report{Synced: true})
+	row, _ := rec.store.GetCluster(nil, "c1")
+	if row.Labels["env"] != "staging" || row.State != index.StateConnected {
+		t.Fatalf("row %+v", row)
+	}
+	n := len(rec.rows)
+	m.SetLabels(ctx, map[string]string{"env": "prod", "region": "eu"})
+	row, _ = rec.store.GetCluster(nil, "c1")
+	if len(rec.rows) != n+1 || row.Labels["region"] != "eu" || row.State != index.StateConnected {
+		t.Fatalf("after relabelling: %d rows written (want %d), row %+v", len(rec.rows), n+1, row)
+	}
+	m.SetLabels(ctx, map[string]string{"env": "prod", "region": "eu"})
+	if len(rec.rows) != n+1 {
+		t.Error("the same labels again wrote a row")
+	}
+}
