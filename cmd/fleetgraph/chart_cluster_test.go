@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -376,4 +377,81 @@ func httpStatus(t *testing.T, url string) int {
 	}
 	_ = resp.Body.Close()
 	return resp.StatusCode
+}
+
+// TestReadyzWaitsForSources: /readyz is 503 until every configured source
+// has listed once (here, until the Cluster API CRD exists), saying why, and
+// a cluster that can only report an error does not hold readiness back.
+func TestReadyzWaitsForSources(t *testing.T) {
+	mgmt := testcluster.Start(t, testcluster.Options{Name: "ready-mgmt"})
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens.csv")
+	if err := os.WriteFile(tokens, []byte("root-token,root,1,\"admins\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	f := serveFlags{
+		listen: addr, tokensFile: tokens, adminGroups: []string{"admins"}, relist: 30 * time.Second, mgmtKubeconfig: mgmt.Kubeconfig,
+		scopeFlags: scopeFlags{sourceNames: []string{"capi"}},
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serve(runCtx, &f, nil) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	readyz := func() (int, string) {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer func() { _ = resp.Body.Close() }()
+		var b strings.Builder
+		_, _ = io.Copy(&b, resp.Body)
+		return resp.StatusCode, b.String()
+	}
+	waitFor := func(what string, ok func(code int, body string) bool) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			code, body := readyz()
+			if ok(code, body) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: /readyz %d %q", what, code, body)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	waitFor("unready for want of the CRD", func(code int, body string) bool {
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "source capi") && strings.Contains(body, "install its CRD")
+	})
+	if err := mgmt.InstallSourceCRDs(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	broken := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+		"metadata": map[string]any{"name": "broken", "namespace": "default"}, "spec": map[string]any{},
+	}}
+	if _, err := dynamic.NewForConfigOrDie(mgmt.DirectConfig).Resource(gvrCAPI).Namespace("default").Create(t.Context(), broken, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("ready once capi listed, with its one cluster in error", func(code int, _ string) bool { return code == http.StatusOK })
+	var r struct {
+		Clusters []struct {
+			Name       string
+			Connection struct {
+				State     string
+				LastError *string
+			}
+		}
+	}
+	if err := gql("http://"+addr, "root-token", `{ clusters { name connection { state lastError } } }`, &r); err != nil || len(r.Clusters) != 1 ||
+		r.Clusters[0].Connection.State != "DISCONNECTED" || r.Clusters[0].Connection.LastError == nil || !strings.Contains(*r.Clusters[0].Connection.LastError, "broken-kubeconfig") {
+		t.Errorf("the broken cluster: %+v, %v", r.Clusters, err)
+	}
 }

@@ -68,6 +68,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "fleetgraph.serveArgs" -}}
 - serve
 - --listen=:8080
+- --metrics-listen=:{{ .Values.metrics.port }}
 {{ include "fleetgraph.collectArgs" . }}
 - --relist={{ .Values.collect.relist }}
 {{- if not .Values.collect.objectDetails }}
