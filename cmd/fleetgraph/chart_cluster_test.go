@@ -197,15 +197,7 @@ func TestChartRBACIsEnoughAndNoMore(t *testing.T) {
 		listen: addr, tokensFile: tokens, adminGroups: []string{"admins"}, relist: 30 * time.Second, mgmtKubeconfig: mgmtKubeconfig,
 		scopeFlags: scopeFlags{sourceNames: []string{"secrets", "capi"}, secretNamespace: ns, secretSelector: "fleetgraph.io/cluster=true"},
 	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- serve(runCtx, &f, nil) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
+	runServe(t, &f)
 	url := "http://" + addr
 
 	// Ready: both sources listed, both leaves synced; every kind collected.
@@ -394,15 +386,7 @@ func TestReadyzWaitsForSources(t *testing.T) {
 		listen: addr, tokensFile: tokens, adminGroups: []string{"admins"}, relist: 30 * time.Second, mgmtKubeconfig: mgmt.Kubeconfig,
 		scopeFlags: scopeFlags{sourceNames: []string{"capi"}},
 	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- serve(runCtx, &f, nil) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
+	runServe(t, &f)
 	readyz := func() (int, string) {
 		resp, err := http.Get("http://" + addr + "/readyz")
 		if err != nil {
@@ -454,4 +438,18 @@ func TestReadyzWaitsForSources(t *testing.T) {
 		r.Clusters[0].Connection.State != "DISCONNECTED" || r.Clusters[0].Connection.LastError == nil || !strings.Contains(*r.Clusters[0].Connection.LastError, "broken-kubeconfig") {
 		t.Errorf("the broken cluster: %+v, %v", r.Clusters, err)
 	}
+}
+
+// runServe runs `fleetgraph serve` in-process with f until the test ends.
+func runServe(t *testing.T, f *serveFlags) {
+	t.Helper()
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serve(runCtx, f, nil) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
 }
