@@ -67,7 +67,7 @@ func TestChartManifestsAccepted(t *testing.T) {
 	}{
 		{"manager defaults", map[string]any{}},
 		{"manager with everything", richValues},
-		{"leaf", map[string]any{"mode": "leaf"}},
+		{"leaf", map[string]any{"mode": "leaf", "collect": map[string]any{"istioNamespace": "istio-system"}}},
 		{"edge", map[string]any{"mode": "edge", "edge": map[string]any{"managerURL": "https://m/edge", "cluster": "leaf-1", "tokenSecret": "t"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -126,7 +126,7 @@ func TestChartRBACIsEnoughAndNoMore(t *testing.T) {
 			t.Fatal(err)
 		}
 		createNamespaces(t, leaf, ns, "istio-system")
-		applyRBAC(t, leaf, mustRender(t, "fleetgraph", ns, map[string]any{"mode": "leaf"}))
+		applyRBAC(t, leaf, mustRender(t, "fleetgraph", ns, map[string]any{"mode": "leaf", "collect": map[string]any{"istioNamespace": "istio-system"}}))
 		tok, err := leaf.ServiceAccountToken(ctx, ns, "fleetgraph", "fleetgraph-token-test")
 		if err != nil {
 			t.Fatal(err)

@@ -161,7 +161,7 @@ func TestChartRBACIsFleetgraphRBAC(t *testing.T) {
 				"kubeconfigSecret":        "kc",
 			},
 		}, rbacFlags{
-			targets: []string{rbacgen.TargetLeaf, rbacgen.TargetManager}, istioNamespace: rbacgen.DefaultIstioNamespace,
+			targets: []string{rbacgen.TargetLeaf, rbacgen.TargetManager},
 			scopeFlags: scopeFlags{
 				sourceNames:     []string{"capi", "argocd", "gitopscluster", "clusterprofile", "secrets", "kubeconfig"},
 				sourceNamespace: "team-a", argoNamespace: "argo", secretNamespace: "cluster-secrets",
@@ -174,13 +174,15 @@ func TestChartRBACIsFleetgraphRBAC(t *testing.T) {
 			scopeFlags: scopeFlags{sourceNames: []string{"gitopscluster", "capi", "clusterprofile"}, argoNamespace: "argocd"},
 		}},
 		{"leaf defaults", map[string]any{"mode": "leaf"}, rbacFlags{
-			targets: []string{rbacgen.TargetLeaf}, istioNamespace: rbacgen.DefaultIstioNamespace,
+			targets: []string{rbacgen.TargetLeaf},
+		}},
+		{"leaf with Istio", map[string]any{"mode": "leaf", "collect": map[string]any{"istioNamespace": "istio-system"}}, rbacFlags{
+			targets: []string{rbacgen.TargetLeaf}, istioNamespace: rbacgen.IstioSystem,
 		}},
 		{"leaf with fewer and extra kinds, no details, no Istio", map[string]any{"mode": "leaf", "collect": map[string]any{
-			"kinds":          []string{"Pod", "kustomization.kustomize.toolkit.fluxcd.io", "gateway"},
-			"extraKinds":     []string{"apps/v1/Deployment", "networking.k8s.io/v1/Ingress", "v1/Endpoints", "example.io/v1/Policy", "gateway.networking.k8s.io/v1/GatewayClass", "example.io/v1/Relay"},
-			"objectDetails":  false,
-			"istioNamespace": "",
+			"kinds":         []string{"Pod", "kustomization.kustomize.toolkit.fluxcd.io", "gateway"},
+			"extraKinds":    []string{"apps/v1/Deployment", "networking.k8s.io/v1/Ingress", "v1/Endpoints", "example.io/v1/Policy", "gateway.networking.k8s.io/v1/GatewayClass", "example.io/v1/Relay"},
+			"objectDetails": false,
 		}}, rbacFlags{
 			targets: []string{rbacgen.TargetLeaf},
 			scopeFlags: scopeFlags{
@@ -190,7 +192,7 @@ func TestChartRBACIsFleetgraphRBAC(t *testing.T) {
 			},
 		}},
 		{"edge", map[string]any{"mode": "edge", "edge": map[string]any{"managerURL": "https://m/edge", "cluster": "leaf-1", "tokenSecret": "t"}}, rbacFlags{
-			targets: []string{rbacgen.TargetLeaf}, istioNamespace: rbacgen.DefaultIstioNamespace,
+			targets: []string{rbacgen.TargetLeaf},
 		}},
 	}
 	for _, tc := range cases {

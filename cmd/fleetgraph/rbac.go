@@ -67,7 +67,7 @@ is built from the same rules.`,
 	fl.StringVar(&f.name, "name", rbacgen.DefaultName, "prefix of the roles and bindings")
 	fl.StringVar(&f.serviceAccount, "service-account", "fleetgraph", "the ServiceAccount fleetgraph runs as")
 	fl.StringVar(&f.namespace, "namespace", "fleetgraph", "the ServiceAccount's namespace")
-	fl.StringVar(&f.istioNamespace, "istio-namespace", rbacgen.DefaultIstioNamespace, "where istiod runs in the leaves (empty: do not read it)")
+	fl.StringVar(&f.istioNamespace, "istio-namespace", "", "where istiod runs, in leaves that run Istio (e.g. "+rbacgen.IstioSystem+"; it must exist): read its Deployments and mesh ConfigMaps for the Istio version")
 	fl.BoolVar(&f.helmTemplate, "helm-template", false, "print the chart's templates/_rbac.tpl instead (the rules of every kind and source, for the chart to assemble)")
 	return cmd
 }

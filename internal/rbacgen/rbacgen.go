@@ -7,9 +7,9 @@
 //
 //   - a leaf (collected in pull mode, or running an edge agent): get, list
 //     and watch on every collected kind and on the RBAC objects, impersonate
-//     on users and groups when live object details are on, and, in the
-//     Istio control-plane namespace, the istiod Deployments and mesh
-//     ConfigMap that show the Istio version;
+//     on users and groups when live object details are on, and, when the
+//     Istio control-plane namespace is given, the istiod Deployments and
+//     mesh ConfigMaps there that show the Istio version;
 //   - the management cluster the sources read: list and watch on each
 //     source's objects, and on the Secrets it reads (get too where it reads
 //     a Secret's data on demand), in one namespace when the source is
@@ -45,8 +45,9 @@ const (
 
 // Defaults of Options.
 const (
-	DefaultName           = "fleetgraph"
-	DefaultIstioNamespace = "istio-system"
+	DefaultName = "fleetgraph"
+	// IstioSystem is where istiod usually runs.
+	IstioSystem = "istio-system"
 )
 
 // Options says what to generate.
