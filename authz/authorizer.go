@@ -50,6 +50,12 @@ type Options struct {
 // first call after the index stores the change, with no time-based expiry,
 // and a change in one cluster costs the others nothing but a map copy.
 //
+// Lookups: an answer is found by the identity's key (Identity.Key), so
+// every Identity of one viewer shares it; an Identity also remembers where
+// its answer is (a pointer into this cache, honoured only while the state
+// it was read from is current), so the repeated lookups of a websocket
+// cost a few pointer compares.
+//
 // Concurrency: Authorizer is safe for concurrent use and starts no
 // goroutines. Cached reads take no lock; refreshes are serialized, and a
 // cluster's policy is compiled once, by the first caller that needs it.
@@ -132,6 +138,17 @@ func (a *Authorizer) Authorize(ctx context.Context, cluster string, id *Identity
 // clusters and bindings.
 func (a *Authorizer) Access(id *Identity) *index.Access {
 	st := a.state()
+	if h := id.last.Load(); h != nil && h.a == a && h.st == st {
+		return h.acc
+	}
+	acc := a.lookup(st, id)
+	id.last.Store(&identityHit{a: a, st: st, acc: acc})
+	return acc
+}
+
+// lookup returns the viewer's answer in st from the cache, building and
+// caching it on a miss.
+func (a *Authorizer) lookup(st *fleetState, id *Identity) *index.Access {
 	vc := st.views.Load()
 	if v, ok := vc.entries.Load(id.anyKey); ok {
 		return v.(*index.Access)

@@ -4,21 +4,37 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/fleetgraph/fleetgraph/index"
 )
 
 // Identity is an authenticated viewer, normalized once per request. It
 // carries a precomputed cache key (name and the sorted set of groups, the
 // only parts of a user that RBAC reads), so a cached access lookup does
-// not rebuild or allocate it. It holds no access of its own: the
-// Authorizer's cache is the only one.
+// not rebuild or allocate it.
 type Identity struct {
 	info user.Info
 	key  string
 	// anyKey is key already boxed, for sync.Map lookups without
 	// allocation.
 	anyKey any
+	// last remembers where this Identity's answer sits in the Authorizer's
+	// cache: a pointer into it, never a copy, honoured only while the
+	// fleetState it was read from is the current one. A websocket's
+	// Identity asks for its access on every operation and every policy
+	// event of every subscription; this makes those lookups a few pointer
+	// compares instead of hashing the key.
+	last atomic.Pointer[identityHit]
+}
+
+// identityHit is one remembered place in the cache.
+type identityHit struct {
+	a   *Authorizer
+	st  *fleetState
+	acc *index.Access
 }
 
 // NewIdentity wraps what an authenticator returned. The user must not be
