@@ -26,7 +26,9 @@ const module = "github.com/fleetgraph/fleetgraph"
 //     WatchPolicies, streams). graph's dependencies hold go-memdb only as
 //     what index itself is built on;
 //   - no reflection in graph, authz or index outside tests: shared access
-//     sets are explicit (index.Resources), not detected.
+//     sets are explicit (index.Resources), not detected;
+//   - the connection lifecycle does not know the cluster sources: they sit
+//     on top of it (connection/sources drives connection.Manager).
 func TestDependencyBoundaries(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("the go command is not on PATH")
@@ -78,6 +80,13 @@ func TestDependencyBoundaries(t *testing.T) {
 			pkg, imports, _ := strings.Cut(line, " ")
 			if slices.Contains(strings.Fields(imports), memdb) && pkg != module+"/index" {
 				t.Errorf("graph reaches %s through %s, not only through index", memdb, pkg)
+			}
+		}
+	})
+	t.Run("connection does not reach its sources", func(t *testing.T) {
+		for _, pkg := range goList(t, "-deps", "./connection", "./connection/edge", "./collector/...") {
+			if within(pkg, module+"/connection/sources") {
+				t.Errorf("the connection lifecycle or the collector reaches %s", pkg)
 			}
 		}
 	})
