@@ -9,6 +9,7 @@ require (
 	github.com/hashicorp/go-memdb v1.3.5
 	github.com/prometheus/client_golang v1.25.0
 	github.com/spf13/cobra v1.10.2
+	github.com/spf13/pflag v1.0.10
 	github.com/vektah/gqlparser/v2 v2.5.37
 	go.uber.org/goleak v1.3.0
 	istio.io/api v1.31.1
@@ -66,7 +67,6 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/sosodev/duration v1.4.0 // indirect
-	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/urfave/cli/v3 v3.11.0 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect

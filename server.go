@@ -1,6 +1,7 @@
 package fleetgraph
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,9 +22,10 @@ import (
 	"github.com/fleetgraph/fleetgraph/index"
 )
 
-// shutdownTimeout bounds how long Run waits for open websocket connections
-// to be told the server is going away.
-const shutdownTimeout = 5 * time.Second
+// DefaultShutdownTimeout bounds how long Run waits, once its context ends,
+// for open websockets and event streams to be told the server is going
+// away.
+const DefaultShutdownTimeout = 5 * time.Second
 
 // Config configures a Server. Authenticator is required; everything else
 // has a working default.
@@ -45,6 +47,11 @@ type Config struct {
 	Namespaces, ExcludeNamespaces []string
 	// Relist is the anti-entropy relist interval (default 30s).
 	Relist time.Duration
+	// ShutdownTimeout bounds how long Run waits, once its context ends,
+	// for websockets and event streams to be told the server is going away
+	// (default DefaultShutdownTimeout). Queries in flight are canceled at
+	// once.
+	ShutdownTimeout time.Duration
 	// Connection tunes probes, health checks and backoff; its Store,
 	// Registry and Logger are set by New.
 	Connection connection.Options
@@ -89,10 +96,15 @@ type Server struct {
 	handler  *graph.Handler
 	root     http.Handler
 	logger   *slog.Logger
+	// shutdownTimeout is Config.ShutdownTimeout with its default.
+	shutdownTimeout time.Duration
 }
 
 // New wires a Server. It starts nothing: Run collects and Handler serves.
 func New(cfg Config) (*Server, error) {
+	if cfg.ShutdownTimeout < 0 {
+		return nil, errors.New("fleetgraph: Config.ShutdownTimeout must not be negative")
+	}
 	if cfg.Authenticator == nil {
 		return nil, errors.New("fleetgraph: Config.Authenticator is required (anonymous access must be explicit)")
 	}
@@ -176,6 +188,7 @@ func New(cfg Config) (*Server, error) {
 	return &Server{
 		store: store, authz: az, manager: manager, registry: claims, sources: cfg.Sources, stopping: stopping,
 		edges: edges, handler: h, root: root, logger: cfg.Logger,
+		shutdownTimeout: cmp.Or(cfg.ShutdownTimeout, DefaultShutdownTimeout),
 	}, nil
 }
 
@@ -228,12 +241,18 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		srcErr <- err
 	}()
+	// The API closes as soon as ctx ends, beside the collectors stopping:
+	// its queries in flight are canceled at once rather than after every
+	// cluster has let go. /readyz fails from then on.
+	closed := make(chan error, 1)
 	go func() {
 		<-ctx.Done()
 		s.stopping.Store(true)
+		closeCtx, cancelClose := context.WithTimeout(context.Background(), s.shutdownTimeout)
+		defer cancelClose()
+		closed <- s.handler.Close(closeCtx)
 	}()
 	err := errors.Join(s.manager.Run(ctx), <-edgeErr, <-srcErr)
-	closeCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	return errors.Join(err, s.handler.Close(closeCtx))
+	cancel()
+	return errors.Join(err, <-closed)
 }

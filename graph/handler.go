@@ -50,6 +50,11 @@ type Handler struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 
+	// queries ends every query in flight when Close begins (their reads
+	// stop; subscriptions end through their streams).
+	queries     context.Context
+	stopQueries context.CancelFunc
+
 	connMu sync.Mutex
 	conns  map[*wsConn]struct{}
 	closed bool
@@ -73,6 +78,7 @@ func NewHandler(opts Options) (*Handler, error) {
 		return nil, fmt.Errorf("graph: seeding the cursor epoch: %w", err)
 	}
 	h := &Handler{opts: opts, metrics: m, log: opts.Logger, conns: map[*wsConn]struct{}{}}
+	h.queries, h.stopQueries = context.WithCancel(context.Background())
 	h.streams = newOpenStreams()
 	h.svc = &service{
 		store: opts.Store, authz: opts.Authorizer, authn: opts.Authenticator, leaf: opts.LeafClients,
@@ -116,8 +122,10 @@ func NewHandler(opts Options) (*Handler, error) {
 		// the client goes away (which cancels ctx), and its context ends
 		// with its answer.
 		ctx, cancel := context.WithTimeout(ctx, opts.Limits.RequestTimeout)
+		unlink := context.AfterFunc(h.queries, cancel)
 		responses := next(ctx)
 		return func(ctx context.Context) *graphql.Response {
+			defer unlink()
 			defer cancel()
 			return responses(ctx)
 		}
@@ -195,6 +203,10 @@ func (h *Handler) endpoint(srv *handler.Server) http.Handler {
 			sse.ServeHTTP(w, r)
 			return
 		}
+		if h.isClosed() {
+			writeHTTPError(w, http.StatusServiceUnavailable, CodeShuttingDown, "server is shutting down")
+			return
+		}
 		if r.Method != http.MethodPost {
 			h.metrics.rejected("method")
 			w.Header().Set("Allow", http.MethodPost)
@@ -264,9 +276,12 @@ const closeGrace = time.Second
 // Close ends every subscription (with SHUTTING_DOWN), closes every
 // websocket with 1001 and ends every event stream, each after its final
 // messages, then waits for the sockets to close and the streams to end, at
-// most until ctx ends. Later websockets and streams are refused. Plain HTTP
-// requests are left to http.Server.Shutdown.
+// most until ctx ends. Queries in flight, over any transport, are canceled
+// first (they answer CANCELED), so a flood of expensive reads cannot hold
+// the server up. Later websockets, streams and queries are refused with
+// SHUTTING_DOWN; http.Server.Shutdown then finds the HTTP requests done.
 func (h *Handler) Close(ctx context.Context) error {
+	h.stopQueries()
 	h.sse.shut()
 	h.connMu.Lock()
 	h.closed = true

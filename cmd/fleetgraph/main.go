@@ -20,6 +20,9 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first signal starts a graceful shutdown (bounded by serve's
+	// --shutdown-timeout); a second one ends the process at once.
+	context.AfterFunc(ctx, stop)
 	err := newRootCommand().ExecuteContext(ctx)
 	stop()
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -54,12 +56,53 @@ type serveFlags struct {
 	noIntrospection   bool
 	originPatterns    []string
 	allowAnonymous    bool
+	timeouts          timeoutFlags
 
 	// Set by demo, not flags: a listener already open (so the URL can be
 	// printed before the clusters start), and routes around the API that
 	// use its authenticator.
 	listener net.Listener
 	wrap     func(authz.Authenticator, http.Handler) http.Handler
+}
+
+// timeoutFlags are serve's timeouts; docs/security.md says what each one
+// bounds.
+type timeoutFlags struct {
+	readHeader, read, idle time.Duration // HTTP
+	request                time.Duration // one GraphQL query
+	wsInit, wsKeepAlive    time.Duration // GraphQL websockets
+	edgeHello              time.Duration // an edge's upgrade until its Hello
+	shutdown               time.Duration // from SIGTERM to exit
+}
+
+// defaultTimeouts are the flags' defaults, and what a zero field means. The
+// shutdown timeout, from SIGTERM to exit, is well inside Kubernetes'
+// default 30 s grace period.
+var defaultTimeouts = timeoutFlags{
+	readHeader: 10 * time.Second, read: 30 * time.Second, idle: 120 * time.Second,
+	request: graph.DefaultRequestTimeout, wsInit: graph.DefaultInitTimeout, wsKeepAlive: graph.DefaultKeepAlive,
+	edgeHello: edge.DefaultHelloTimeout, shutdown: 10 * time.Second,
+}
+
+// orDefaults fills the zero fields of t from defaultTimeouts.
+func (t timeoutFlags) orDefaults() timeoutFlags {
+	d := defaultTimeouts
+	return timeoutFlags{
+		readHeader: cmp.Or(t.readHeader, d.readHeader), read: cmp.Or(t.read, d.read), idle: cmp.Or(t.idle, d.idle),
+		request: cmp.Or(t.request, d.request), wsInit: cmp.Or(t.wsInit, d.wsInit), wsKeepAlive: cmp.Or(t.wsKeepAlive, d.wsKeepAlive),
+		edgeHello: cmp.Or(t.edgeHello, d.edgeHello), shutdown: cmp.Or(t.shutdown, d.shutdown),
+	}
+}
+
+func (t *timeoutFlags) register(fl *pflag.FlagSet) {
+	fl.DurationVar(&t.readHeader, "http-read-header-timeout", defaultTimeouts.readHeader, "time a client has to send its request headers")
+	fl.DurationVar(&t.read, "http-read-timeout", defaultTimeouts.read, "time a client has to send a whole request, body included (websockets and event streams are not bounded by it once open)")
+	fl.DurationVar(&t.idle, "http-idle-timeout", defaultTimeouts.idle, "time a kept-alive connection may wait for its next request")
+	fl.DurationVar(&t.request, "request-timeout", defaultTimeouts.request, "deadline of one GraphQL query; its reads stop then (subscriptions have none)")
+	fl.DurationVar(&t.wsInit, "websocket-init-timeout", defaultTimeouts.wsInit, "time a GraphQL websocket has to send connection_init (then closed with 4408)")
+	fl.DurationVar(&t.wsKeepAlive, "websocket-keepalive", defaultTimeouts.wsKeepAlive, "interval of websocket keep-alives; a client silent for two intervals is disconnected (also the read deadline of legacy graphql-ws clients)")
+	fl.DurationVar(&t.edgeHello, "edge-hello-timeout", defaultTimeouts.edgeHello, "time an edge has, from its upgrade, to send its Hello")
+	fl.DurationVar(&t.shutdown, "shutdown-timeout", defaultTimeouts.shutdown, "time from SIGTERM to exit: queries in flight are canceled at once, websockets told to go away, and whatever still runs after this is cut off")
 }
 
 func (f *serveFlags) register(cmd *cobra.Command) {
@@ -90,6 +133,7 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.noIntrospection, "disable-introspection", false, "turn off GraphQL introspection")
 	fl.StringSliceVar(&f.originPatterns, "allowed-origins", nil, "extra origins (host patterns) allowed to open websockets; same-origin is always allowed")
 	fl.BoolVar(&f.allowAnonymous, "allow-anonymous", false, "let requests without credentials in as system:anonymous")
+	f.timeouts.register(fl)
 }
 
 func newServeCommand() *cobra.Command {
@@ -120,6 +164,7 @@ At least one authenticator (--tokens-file, --oidc-issuer or
 
 // serve runs a fleetgraph server for the given clusters until ctx ends.
 func serve(ctx context.Context, f *serveFlags, specs []connection.Spec) error {
+	f.timeouts = f.timeouts.orDefaults()
 	authn, tokens, err := f.authenticator(ctx)
 	if err != nil {
 		return err
@@ -140,89 +185,132 @@ func serve(ctx context.Context, f *serveFlags, specs []connection.Spec) error {
 		Namespaces: f.namespaces, ExcludeNamespaces: f.excludeNamespaces, Relist: f.relist,
 		DisableDetails: f.noDetails,
 		Authenticator:  authn, AdminGroups: f.adminGroups,
-		Graph: graph.Options{DisableIntrospection: f.noIntrospection, Websocket: graph.WebsocketOptions{OriginPatterns: f.originPatterns}},
+		ShutdownTimeout: f.timeouts.shutdown,
+		Edge:            edge.HubOptions{HelloTimeout: f.timeouts.edgeHello},
+		Graph: graph.Options{
+			DisableIntrospection: f.noIntrospection,
+			Limits:               graph.Limits{RequestTimeout: f.timeouts.request},
+			Websocket: graph.WebsocketOptions{
+				OriginPatterns: f.originPatterns, InitTimeout: f.timeouts.wsInit, KeepAlive: f.timeouts.wsKeepAlive,
+			},
+		},
 	})
 	if err != nil {
 		return err
 	}
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errs := make(chan error, 2)
-	running := 1
-	if tokens != nil {
-		running++
-		go func() { tokens.Run(ctx); errs <- nil }()
-	}
-
-	var metricsServer *http.Server
-	if f.metricsListen != "" {
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", srv.MetricsHandler())
-		metricsServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		mln, err := net.Listen("tcp", f.metricsListen)
-		if err != nil {
-			return fmt.Errorf("listen on %s: %w", f.metricsListen, err)
-		}
-		slog.Info("serving metrics", "url", "http://"+mln.Addr().String()+"/metrics")
-		go func() {
-			if err := metricsServer.Serve(mln); !errors.Is(err, http.ErrServerClosed) {
-				cancel()
-				slog.Error("metrics server failed", "err", err)
-			}
-		}()
-	}
 	handler := srv.Handler()
 	if f.wrap != nil {
 		handler = f.wrap(authn, handler)
 	}
-	httpServer := &http.Server{Addr: f.listen, Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	ln := f.listener
-	if ln == nil {
-		if ln, err = net.Listen("tcp", f.listen); err != nil {
-			if metricsServer != nil {
-				_ = metricsServer.Close()
-			}
-			return fmt.Errorf("listen on %s: %w", f.listen, err)
+	return f.run(ctx, srv, handler, tokens, len(specs))
+}
+
+// run serves srv until ctx ends or something fails, then shuts down within
+// --shutdown-timeout: the API cancels its queries in flight at once, the
+// listeners stop accepting and wait for their requests, collectors and edge
+// sessions stop. Whatever is still running when the timeout passes is cut
+// off and run returns an error saying so.
+func (f *serveFlags) run(ctx context.Context, srv *fleetgraph.Server, handler http.Handler, tokens *authz.TokenFile, clusters int) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var servers []*http.Server
+	closeAll := func() {
+		for _, s := range servers {
+			_ = s.Close()
 		}
 	}
-	scheme := "http"
-	if f.tlsCert != "" {
-		scheme = "https"
-		httpServer.TLSConfig, err = f.tlsConfig()
-		if err != nil {
+	failed := make(chan error, 2) // a listener that stopped by itself
+	listen := func(ln net.Listener, addr string, h http.Handler, tlsConfig *tls.Config, what string) error {
+		hs := &http.Server{
+			Handler: h, TLSConfig: tlsConfig,
+			ReadHeaderTimeout: f.timeouts.readHeader, ReadTimeout: f.timeouts.read, IdleTimeout: f.timeouts.idle,
+		}
+		if ln == nil {
+			var err error
+			if ln, err = net.Listen("tcp", addr); err != nil {
+				return fmt.Errorf("listen on %s: %w", addr, err)
+			}
+		}
+		scheme := "http"
+		if tlsConfig != nil {
+			scheme = "https"
+		}
+		slog.Info("serving "+what, "url", scheme+"://"+ln.Addr().String(), "clusters", clusters, "sources", f.sourceNames)
+		servers = append(servers, hs)
+		go func() {
+			var err error
+			if tlsConfig != nil {
+				err = hs.ServeTLS(ln, f.tlsCert, f.tlsKey)
+			} else {
+				err = hs.Serve(ln)
+			}
+			if !errors.Is(err, http.ErrServerClosed) {
+				failed <- fmt.Errorf("serving %s on %s: %w", what, addr, err)
+			}
+		}()
+		return nil
+	}
+	if f.metricsListen != "" {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", srv.MetricsHandler())
+		if err := listen(nil, f.metricsListen, mux, nil, "metrics"); err != nil {
 			return err
 		}
 	}
-	slog.Info("serving", "url", scheme+"://"+ln.Addr().String()+"/graphql", "clusters", len(specs), "sources", f.sourceNames)
-	go func() {
+	var tlsConfig *tls.Config
+	if f.tlsCert != "" {
 		var err error
-		if f.tlsCert != "" {
-			err = httpServer.ServeTLS(ln, f.tlsCert, f.tlsKey)
-		} else {
-			err = httpServer.Serve(ln)
+		if tlsConfig, err = f.tlsConfig(); err != nil {
+			closeAll()
+			return err
 		}
-		if !errors.Is(err, http.ErrServerClosed) {
-			cancel()
-			slog.Error("HTTP server failed", "err", err)
-		}
-	}()
-	go func() { errs <- srv.Run(ctx) }()
+	}
+	if err := listen(f.listener, f.listen, handler, tlsConfig, "the API"); err != nil {
+		closeAll()
+		return err
+	}
 
+	tasks := make(chan error, 2)
+	running := 1
+	go func() { tasks <- srv.Run(ctx) }()
+	if tokens != nil {
+		running++
+		go func() { tokens.Run(ctx); tasks <- nil }()
+	}
 	var runErr error
-	for range running {
-		if err := <-errs; err != nil && runErr == nil {
+	select {
+	case <-ctx.Done():
+		slog.Info("shutting down", "timeout", f.timeouts.shutdown)
+	case runErr = <-tasks:
+		running--
+		if runErr == nil {
+			runErr = errors.New("the server stopped by itself")
+		}
+	case runErr = <-failed:
+	}
+	cancel()
+
+	shutdown, done := context.WithTimeout(context.Background(), f.timeouts.shutdown)
+	defer done()
+	shut := make(chan error, len(servers))
+	for _, s := range servers {
+		go func() { shut <- s.Shutdown(shutdown) }()
+	}
+	for pending := running + len(servers); pending > 0; pending-- {
+		var err error
+		select {
+		case err = <-tasks:
+		case err = <-shut:
+		case <-shutdown.Done():
+			closeAll()
+			return errors.Join(runErr, fmt.Errorf("shutdown did not finish within --shutdown-timeout %v; cut off", f.timeouts.shutdown))
+		}
+		if err != nil && runErr == nil {
 			runErr = err
-			cancel()
 		}
 	}
-	shutdownCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
-	defer done()
-	err = httpServer.Shutdown(shutdownCtx)
-	if metricsServer != nil {
-		err = errors.Join(err, metricsServer.Shutdown(shutdownCtx))
-	}
-	return errors.Join(runErr, err)
+	return runErr
 }
 
 // The authenticators --allow-system-names may name.
