@@ -8,21 +8,21 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"os"
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/fleetgraph/fleetgraph/connection"
+	"github.com/fleetgraph/fleetgraph/internal/filewatch"
 )
 
 // KubeconfigSource is the name of the kubeconfig source.
 const KubeconfigSource = "kubeconfig"
 
-// kubeconfigCheck is how often the kubeconfig file is checked for changes
-// (its modification time and size): contexts added, removed or given new
-// credentials apply within that time, without a restart.
+// kubeconfigCheck is how often the kubeconfig file is re-read (and
+// compared by digest, as filewatch does): contexts added, removed or given
+// new credentials apply within that time, without a restart.
 const kubeconfigCheck = 2 * time.Second
 
 // KubeconfigOptions configures the kubeconfig source.
@@ -57,28 +57,26 @@ func (s *kubeconfigSource) Run(ctx context.Context, r *Registry) error {
 		return err
 	}
 	w := newWatcher(KubeconfigSource, r, log)
-	stop := make(chan struct{})
-	defer close(stop)
-	path := s.path()
-	go func() {
-		last := fileStamp(path)
-		t := time.NewTicker(kubeconfigCheck)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-			if now := fileStamp(path); now != last {
-				last = now
-				select {
-				case w.kick <- struct{}{}:
-				default:
-				}
-			}
+	// Any new content of the file recomputes the claims.
+	file := filewatch.New(s.path(), func([]byte) error {
+		select {
+		case w.kick <- struct{}{}:
+		default:
 		}
+		return nil
+	})
+	if err := file.Load(); err != nil {
+		return err
+	}
+	fctx, stop := context.WithCancel(ctx)
+	fileDone := make(chan struct{})
+	go func() {
+		defer close(fileDone)
+		file.Run(fctx, kubeconfigCheck, func(err error) {
+			w.log.Error("kubeconfig cannot be read; keeping its clusters as they were", "err", err)
+		})
 	}()
+	defer func() { stop(); <-fileDone }()
 	first := true
 	return w.run(ctx, func() []Claim {
 		if first {
@@ -167,14 +165,4 @@ func contextVersion(raw *clientcmdapi.Config, name string) string {
 	}
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:8])
-}
-
-// fileStamp is a file's modification time and size, or "" when it cannot
-// be read.
-func fileStamp(path string) string {
-	st, err := os.Stat(path)
-	if err != nil {
-		return ""
-	}
-	return fmt.Sprintf("%d/%d", st.ModTime().UnixNano(), st.Size())
 }
