@@ -37,6 +37,9 @@ CONFORMANCE_DEPS := graph/conformance/node_modules/.package-lock.json
 # The dashboard's Node packages (Svelte, Vite, Vitest, GraphiQL, Playwright's
 # driver and axe-core), from its lock file.
 UI_DEPS := ui/node_modules/.package-lock.json
+# Debian's Chromium for the dashboard's browser test (cmd/fleetgraph TestDemo
+# drives it with playwright-core); installed once, as root.
+CHROMIUM := /usr/bin/chromium
 
 TESTENV_SRC := $(shell find testenv -name '*.go' -not -path '*/rbacdiff/*') testenv/go.mod testenv/go.sum Makefile
 
@@ -64,8 +67,8 @@ $(TESTENV): $(TESTENV_SRC)
 ## test: every test of every module, with the race detector; helm lint and template of the chart; the Dockerfile's lint
 test: testenv test-ui test-chart lint-dockerfile test-root test-testenv test-fleetbench
 
-test-root: $(CONFORMANCE_DEPS) $(HELM)
-	FLEETGRAPH_CONFORMANCE=1 $(GO) test -race -timeout 30m ./...
+test-root: $(CONFORMANCE_DEPS) $(HELM) $(UI_DEPS) $(CHROMIUM)
+	FLEETGRAPH_CONFORMANCE=1 FLEETGRAPH_BROWSER=1 $(GO) test -race -timeout 30m ./...
 
 test-testenv:
 	cd testenv && $(GO) test -race -timeout 20m ./...
@@ -89,6 +92,10 @@ test-ui: $(UI_DEPS)
 	cd ui && npm run build --silent -- --outDir $(BIN)/ui-dist --emptyOutDir --logLevel warn
 	@diff -r ui/dist $(BIN)/ui-dist >/dev/null || { diff -r ui/dist $(BIN)/ui-dist | head -20; \
 		echo "ui/dist is not the build of ui/src: run 'make ui' and commit ui/dist"; exit 1; }
+
+$(CHROMIUM):
+	@echo "installing Debian's chromium for the browser test..."
+	apt-get update -qq && apt-get install -y -qq chromium
 
 # npm install with the committed lock, not npm ci: the registry these
 # machines reach serves only the linux-x64 builds of Rollup and esbuild, so

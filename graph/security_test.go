@@ -161,7 +161,7 @@ func TestEndpoints(t *testing.T) {
 	if code, body := get("/"); code != 200 || !strings.Contains(body, `<div id="app">`) {
 		t.Errorf("/ %d, no dashboard", code)
 	}
-	if code, body := get("/graphiql"); code != 200 || !strings.Contains(body, `<div id="graphiql">`) {
+	if code, body := get("/graphiql"); code != 200 || !strings.Contains(body, `<main id="graphiql">`) {
 		t.Errorf("/graphiql %d, no GraphiQL page", code)
 	}
 	if code, _ := get("/nothing-here"); code != 404 {

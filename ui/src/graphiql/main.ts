@@ -7,6 +7,7 @@ import { createRoot } from 'react-dom/client';
 import { GraphiQL } from 'graphiql';
 import { createGraphiQLFetcher } from '@graphiql/toolkit';
 import 'graphiql/style.css';
+import './a11y.css';
 import { loadToken } from '../lib/features/auth/token';
 
 const token = loadToken();
@@ -45,6 +46,44 @@ const defaultQuery = `# fleetgraph GraphQL API. ${token ? 'Requests carry the to
 }
 `;
 
-createRoot(document.getElementById('graphiql')!).render(
-  createElement(GraphiQL, { fetcher, storage, defaultQuery, shouldPersistHeaders: false, isHeadersEditorEnabled: false }),
+// GraphiQL 4 leaves a few accessibility gaps that axe-core reports as
+// serious: CodeMirror's input textareas have no label, its scroll areas
+// take no focus, and each tab (role "tab") holds two buttons. This fills
+// them in as GraphiQL renders, without changing what it does.
+function accessible(root: HTMLElement) {
+  const label = (ta: HTMLTextAreaElement) => {
+    if (ta.hasAttribute('aria-label')) return;
+    const name = ta.readOnly
+      ? 'Response'
+      : ta.closest('.graphiql-query-editor')
+        ? 'GraphQL query'
+        : ta.closest('[aria-label]')?.getAttribute('aria-label') || 'Variables';
+    ta.setAttribute('aria-label', name);
+  };
+  root.querySelectorAll<HTMLTextAreaElement>('.CodeMirror textarea').forEach(label);
+  root.querySelectorAll<HTMLElement>('.CodeMirror-scroll[tabindex="-1"]').forEach((el) => el.setAttribute('tabindex', '0'));
+  // The tab strip becomes a plain list of buttons; the active one is marked current.
+  root.querySelectorAll('ul.graphiql-tabs[role="tablist"]').forEach((ul) => ul.removeAttribute('role'));
+  root.querySelectorAll('li.graphiql-tab').forEach((li) => {
+    li.removeAttribute('role');
+    const active = li.getAttribute('aria-selected') === 'true';
+    li.removeAttribute('aria-selected');
+    li.querySelector('button')?.setAttribute('aria-current', String(active));
+  });
+  root.querySelectorAll('[role="tabpanel"][aria-labelledby]').forEach((p) => {
+    p.removeAttribute('aria-labelledby');
+    p.setAttribute('role', 'region');
+    p.setAttribute('aria-label', 'GraphQL session');
+  });
+}
+
+const root = document.getElementById('graphiql')!;
+new MutationObserver(() => accessible(root)).observe(root, { childList: true, subtree: true, attributeFilter: ['aria-selected', 'role', 'tabindex'] });
+
+createRoot(root).render(
+  createElement(
+    GraphiQL,
+    { fetcher, storage, defaultQuery, shouldPersistHeaders: false, isHeadersEditorEnabled: false },
+    createElement(GraphiQL.Logo, null, createElement('a', { href: '/', className: 'graphiql-logo-link' }, 'fleetgraph')),
+  ),
 );
