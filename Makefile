@@ -43,7 +43,7 @@ CHROMIUM := /usr/bin/chromium
 
 TESTENV_SRC := $(shell find testenv -name '*.go' -not -path '*/rbacdiff/*') testenv/go.mod testenv/go.sum Makefile
 
-.PHONY: all build test test-root test-testenv test-fleetbench test-chart chart-rbac helm image lint-dockerfile lint demo testenv crds \
+.PHONY: all build test test-unit test-root test-testenv test-fleetbench test-chart chart-rbac helm image lint-dockerfile lint demo testenv crds \
 	bench-index bench-scale bench-authz bench-collector bench-graph bench-compare bench-servers test-rbac-full test-conformance clean
 
 all: build
@@ -138,6 +138,10 @@ $(DOCKERFILE_LINT): tools/dockerfile-lint/package-lock.json
 image:
 	@command -v $(CONTAINER_ENGINE) >/dev/null || { echo "make image: $(CONTAINER_ENGINE) is not installed; set CONTAINER_ENGINE=podman or install docker" >&2; exit 1; }
 	$(CONTAINER_ENGINE) build -t $(IMAGE) .
+
+## test-unit: every test that needs no control plane and no Node (the others skip, saying so)
+test-unit: test-testenv
+	env -u FLEETGRAPH_TESTENV -u FLEETGRAPH_CONFORMANCE $(GO) test -race -timeout 10m ./...
 
 ## lint: golangci-lint v2 with the config in .golangci.yml
 lint: $(GOLANGCI_LINT)

@@ -18,13 +18,16 @@ import (
 // The conformance tests run Node programs from graph/conformance against a
 // live server: the graphql-http server audits and a graphql-ws client.
 // They need node and `npm ci` in graph/conformance (make test and make
-// test-conformance do it). Without them the tests skip, unless
-// FLEETGRAPH_CONFORMANCE is set (the Makefile sets it), in which case they
-// fail.
+// test-conformance do it) and run only when FLEETGRAPH_CONFORMANCE is set
+// (make test sets it; make test-unit does not). When it is set, a missing
+// node or package fails them.
 
 // conformanceNode returns the node binary and the conformance directory.
 func conformanceNode(t *testing.T) (node, dir string) {
 	t.Helper()
+	if os.Getenv("FLEETGRAPH_CONFORMANCE") == "" {
+		t.Skip("needs Node: FLEETGRAPH_CONFORMANCE is unset (make test and make test-conformance set it; make test-unit skips these tests)")
+	}
 	dir, err := filepath.Abs("conformance")
 	must(t, err)
 	node, err = exec.LookPath("node")
@@ -32,11 +35,7 @@ func conformanceNode(t *testing.T) (node, dir string) {
 		_, err = os.Stat(filepath.Join(dir, "node_modules", "graphql-http", "package.json"))
 	}
 	if err != nil {
-		msg := "conformance tests need node and its packages: run `make test-conformance` or `npm ci --prefix graph/conformance`: " + err.Error()
-		if os.Getenv("FLEETGRAPH_CONFORMANCE") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		t.Fatal("conformance tests need node and its packages: run `make test-conformance` or `npm ci --prefix graph/conformance`: " + err.Error())
 	}
 	return node, dir
 }

@@ -80,36 +80,9 @@ func startE2E(t *testing.T, opts ...func(*Options)) (*e2e, *leafClients) {
 		t.Skip("starts real kube-apiservers")
 	}
 	users := []testcluster.User{{Name: "alice"}, {Name: "bob"}, {Name: "weak"}}
-	var east, west *testcluster.Cluster
-	var wg sync.WaitGroup
-	for _, p := range []struct {
-		name string
-		out  **testcluster.Cluster
-	}{{"g-east", &east}, {"g-west", &west}} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := testcluster.New(t.Context(), testcluster.Options{Name: p.name, Users: users})
-			if err != nil {
-				t.Errorf("start %s: %v", p.name, err)
-				return
-			}
-			*p.out = c
-		}()
-	}
-	wg.Wait()
-	for _, c := range []*testcluster.Cluster{east, west} {
-		if c == nil {
-			t.FailNow()
-		}
-		t.Cleanup(func() {
-			if t.Failed() {
-				t.Logf("cluster %s log tail:\n%s", c.Name, c.LogTail(20))
-			}
-			if err := c.Close(); err != nil {
-				t.Errorf("close %s: %v", c.Name, err)
-			}
-		})
+	clusters := testcluster.StartAll(t, testcluster.Options{Name: "g-east", Users: users}, testcluster.Options{Name: "g-west", Users: users})
+	east, west := clusters[0], clusters[1]
+	for _, c := range clusters {
 		if _, err := c.Seed(t.Context(), testcluster.SeedOptions{Namespaces: 2, Pods: 3, Services: 1}); err != nil {
 			t.Fatal(err)
 		}

@@ -1,12 +1,14 @@
 package testcluster
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -66,8 +68,9 @@ type Cluster struct {
 	Name string
 	// Config is an admin client config that goes through the fault proxy.
 	Config *rest.Config
-	// DirectConfig is an admin client config that bypasses the proxy, for
-	// test setup while a fault is active.
+	// DirectConfig is an admin client config that bypasses the fault
+	// proxy, for test setup while a fault is active. It goes through a
+	// plain forwarder that, like Proxy, keeps its address across restarts.
 	DirectConfig *rest.Config
 	// Kubeconfig is the path of a kubeconfig file with one context, Name,
 	// for the admin, through the fault proxy.
@@ -81,23 +84,50 @@ type Cluster struct {
 	ownDir  bool
 	binary  string
 	logPath string
-	apiPort int
 	args    []string
 	caPEM   []byte
+	direct  *Proxy // never faulted; DirectConfig's address
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd exits
 }
 
-// Start starts a cluster for a test and registers its cleanup. It fails
-// the test if the cluster does not become ready.
+// EnvBinary names the environment variable that holds the kube-testenv
+// path. Tests that need a control plane run only when it is set.
+const EnvBinary = "FLEETGRAPH_TESTENV"
+
+// Require skips the test unless $FLEETGRAPH_TESTENV names a control-plane
+// binary, saying why: `make test-unit` leaves it unset to run only the
+// tests that need no control plane. When it is set (`make test` always
+// sets it), a missing binary is an error that fails the test, never a
+// skip. Start and StartAll call it; tests that call New call it first.
+func Require(t testing.TB) {
+	t.Helper()
+	if os.Getenv(EnvBinary) == "" {
+		t.Skipf("needs a real control plane: %s is unset (make test sets it; make test-unit skips these tests)", EnvBinary)
+	}
+}
+
+// Start starts a cluster for a test and registers its cleanup. It skips
+// the test as Require does, and fails it if the cluster does not become
+// ready.
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
+	if opts.Binary == "" {
+		Require(t)
+	}
 	c, err := New(context.Background(), opts)
 	if err != nil {
 		t.Fatalf("testcluster: %v", err)
 	}
+	cleanupOnEnd(t, c)
+	return c
+}
+
+// cleanupOnEnd closes c when the test ends, showing its log's tail if the
+// test failed.
+func cleanupOnEnd(t testing.TB, c *Cluster) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("testcluster %s: last log lines:\n%s", c.Name, c.LogTail(40))
@@ -106,7 +136,6 @@ func Start(t testing.TB, opts Options) *Cluster {
 			t.Errorf("testcluster %s: close: %v", c.Name, err)
 		}
 	})
-	return c
 }
 
 // New starts a cluster and waits until it is ready. The caller must call
@@ -125,7 +154,7 @@ func New(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	c := &Cluster{Name: opts.Name, dir: dir, ownDir: true, binary: binary, logPath: filepath.Join(dir, "apiserver.log")}
 	if err := c.setup(opts); err != nil {
-		_ = os.RemoveAll(dir)
+		_ = c.Close()
 		return nil, err
 	}
 	if err := c.Start(ctx); err != nil {
@@ -135,15 +164,10 @@ func New(ctx context.Context, opts Options) (*Cluster, error) {
 	return c, nil
 }
 
-// setup picks ports, writes tokens and certificates, starts the proxy and
-// builds the client configs. It starts no process.
+// setup writes tokens and certificates, starts the proxies and builds the
+// client configs. It starts no process and picks no port: the control
+// plane's ports are picked by the kernel when it starts.
 func (c *Cluster) setup(opts Options) error {
-	ports, err := freePorts(3)
-	if err != nil {
-		return err
-	}
-	c.apiPort = ports[0]
-
 	c.Tokens = map[string]string{AdminUser: randomToken()}
 	var csv strings.Builder
 	fmt.Fprintf(&csv, "%s,%s,%s,\"system:masters\"\n", c.Tokens[AdminUser], AdminUser, AdminUser)
@@ -177,21 +201,20 @@ func (c *Cluster) setup(opts Options) error {
 
 	c.args = []string{
 		"--data-dir=" + c.dir,
-		fmt.Sprintf("--port=%d", ports[0]),
-		fmt.Sprintf("--etcd-port=%d", ports[1]),
-		fmt.Sprintf("--etcd-peer-port=%d", ports[2]),
 		"--token-auth-file=" + tokenFile,
 		// ClusterRole aggregation and namespace deletion run in-process
 		// as the admin, as kube-controller-manager would.
 		"--controller-token=" + c.Tokens[AdminUser],
 	}
 
-	c.Proxy, err = NewProxy(fmt.Sprintf("127.0.0.1:%d", c.apiPort))
-	if err != nil {
+	if c.Proxy, err = NewProxy(""); err != nil {
+		return err
+	}
+	if c.direct, err = NewProxy(""); err != nil {
 		return err
 	}
 	c.Config = c.configFor(AdminUser, c.Proxy.URL())
-	c.DirectConfig = c.configFor(AdminUser, fmt.Sprintf("https://127.0.0.1:%d", c.apiPort))
+	c.DirectConfig = c.configFor(AdminUser, c.direct.URL())
 	c.Kubeconfig = filepath.Join(c.dir, "kubeconfig")
 	return c.WriteKubeconfig(c.Kubeconfig, AdminUser)
 }
@@ -238,8 +261,10 @@ func (c *Cluster) Client() kubernetes.Interface {
 }
 
 // Start starts the control plane process, if it is not running, and waits
-// until /readyz answers ok. It keeps the data directory and ports, so a
-// start after Stop is a restart.
+// until /readyz answers ok. It keeps the data directory, so a start after
+// Stop is a restart. The API server gets a new port from the kernel each
+// time; the proxies move to it, so every address a client holds (Config,
+// DirectConfig, Kubeconfig, Proxy.URL) stays the same.
 func (c *Cluster) Start(ctx context.Context) error {
 	c.mu.Lock()
 	if c.cmd != nil {
@@ -252,8 +277,13 @@ func (c *Cluster) Start(ctx context.Context) error {
 		return fmt.Errorf("open log: %w", err)
 	}
 	cmd := exec.Command(c.binary, c.args...)
-	cmd.Stdout = logFile
 	cmd.Stderr = logFile
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		c.mu.Unlock()
+		_ = logFile.Close()
+		return fmt.Errorf("stdout pipe: %w", err)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setpgid: true,
 		// The kernel kills the control plane if the test process dies
@@ -265,8 +295,10 @@ func (c *Cluster) Start(ctx context.Context) error {
 		_ = logFile.Close()
 		return fmt.Errorf("start %s: %w", c.binary, err)
 	}
+	serving := make(chan string, 1)
 	done := make(chan struct{})
 	go func() {
+		readServing(stdout, logFile, serving)
 		_ = cmd.Wait() // the exit status is visible in the log; callers see readiness
 		_ = logFile.Close()
 		close(done)
@@ -274,18 +306,58 @@ func (c *Cluster) Start(ctx context.Context) error {
 	c.cmd, c.done = cmd, done
 	c.mu.Unlock()
 
-	if err := c.waitReady(ctx, done); err != nil {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	err = c.waitServing(ctx, serving, done)
+	if err == nil {
+		err = c.waitReady(ctx, done)
+	}
+	if err != nil {
 		_ = c.Stop()
 		return fmt.Errorf("cluster %s: %w\n%s", c.Name, err, c.LogTail(20))
 	}
 	return nil
 }
 
-// waitReady polls /readyz directly (not through the proxy, which a test
-// may have broken) until it answers 200.
+// readServing copies the control plane's stdout to the log until it
+// closes, and sends the API server's address from the line kube-testenv
+// writes once it listens.
+func readServing(stdout io.Reader, log io.Writer, serving chan<- string) {
+	scanner := bufio.NewScanner(stdout)
+	for scanner.Scan() {
+		line := scanner.Text()
+		if addr, ok := strings.CutPrefix(line, servingPrefix); ok {
+			select {
+			case serving <- addr:
+			default: // a second report; the first one stands
+			}
+		}
+		_, _ = fmt.Fprintln(log, line)
+	}
+}
+
+// servingPrefix starts the line on which kube-testenv reports its API
+// server's host:port (testenv/cmd/kube-testenv's ServingPrefix).
+const servingPrefix = "kube-testenv: serving on "
+
+// waitServing waits for the control plane to report the address the
+// kernel gave its API server, and points both proxies at it.
+func (c *Cluster) waitServing(ctx context.Context, serving <-chan string, exited <-chan struct{}) error {
+	select {
+	case addr := <-serving:
+		c.Proxy.SetTarget(addr)
+		c.direct.SetTarget(addr)
+		return nil
+	case <-exited:
+		return errors.New("control plane exited while starting")
+	case <-ctx.Done():
+		return fmt.Errorf("no serving address within %s: %w", readyTimeout, ctx.Err())
+	}
+}
+
+// waitReady polls /readyz through the direct forwarder (not the fault
+// proxy, which a test may have broken) until it answers 200.
 func (c *Cluster) waitReady(ctx context.Context, exited <-chan struct{}) error {
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
 	tr, err := rest.TransportFor(c.DirectConfig)
 	if err != nil {
 		return fmt.Errorf("build transport: %w", err)
@@ -308,7 +380,7 @@ func (c *Cluster) waitReady(ctx context.Context, exited <-chan struct{}) error {
 		case <-exited:
 			return errors.New("control plane exited while starting")
 		case <-ctx.Done():
-			return fmt.Errorf("not ready after %s: %w", readyTimeout, ctx.Err())
+			return fmt.Errorf("not ready within %s: %w", readyTimeout, ctx.Err())
 		case <-time.After(readyPoll):
 		}
 	}
@@ -329,11 +401,15 @@ func (c *Cluster) Stop() error {
 		return fmt.Errorf("kill control plane: %w", err)
 	}
 	<-done
+	// The dead server's port is free for any process to take: point the
+	// proxies nowhere, so that clients see a dead server, never another.
+	c.Proxy.SetTarget("")
+	c.direct.SetTarget("")
 	return nil
 }
 
-// Restart stops and starts the control plane, keeping its objects, port
-// and certificates.
+// Restart stops and starts the control plane, keeping its objects,
+// addresses and certificates.
 func (c *Cluster) Restart(ctx context.Context) error {
 	if err := c.Stop(); err != nil {
 		return err
@@ -377,6 +453,9 @@ func (c *Cluster) Close() error {
 	if c.Proxy != nil {
 		c.Proxy.Close()
 	}
+	if c.direct != nil {
+		c.direct.Close()
+	}
 	if c.ownDir {
 		if rmErr := os.RemoveAll(c.dir); rmErr != nil {
 			err = errors.Join(err, fmt.Errorf("remove data dir: %w", rmErr))
@@ -398,14 +477,18 @@ func (c *Cluster) LogTail(n int) string {
 	return string(bytes.Join(lines, []byte("\n")))
 }
 
-// findBinary locates kube-testenv: an explicit path, $FLEETGRAPH_TESTENV,
-// or bin/kube-testenv in the repository that contains the working
-// directory.
+// findBinary locates kube-testenv: an explicit path, $FLEETGRAPH_TESTENV
+// (which must exist), or bin/kube-testenv in the repository that contains
+// the working directory (for the demo and benchmarks; tests skip through
+// Require before they get here without $FLEETGRAPH_TESTENV).
 func findBinary(explicit string) (string, error) {
 	if explicit != "" {
 		return explicit, nil
 	}
-	if p := os.Getenv("FLEETGRAPH_TESTENV"); p != "" {
+	if p := os.Getenv(EnvBinary); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%s=%s: %w (`make testenv` builds it)", EnvBinary, p, err)
+		}
 		return p, nil
 	}
 	dir, err := os.Getwd()
@@ -426,28 +509,6 @@ func findBinary(explicit string) (string, error) {
 		}
 		dir = parent
 	}
-}
-
-// freePorts reserves n distinct loopback ports by binding and releasing
-// them. Another process could take one in between; on a test machine that
-// is rare, and Start reports it clearly when it happens.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	var listeners []net.Listener
-	defer func() {
-		for _, l := range listeners {
-			_ = l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("reserve port: %w", err)
-		}
-		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 func randomToken() string {

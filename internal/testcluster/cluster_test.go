@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -81,15 +82,9 @@ func createNamespace(t *testing.T, client kubernetes.Interface, name string) {
 
 func TestTwoClustersRunAtOnce(t *testing.T) {
 	t.Parallel()
-	var a, b *Cluster
-	done := make(chan struct{})
-	go func() { defer close(done); b = Start(t, Options{Name: "b"}) }()
-	a = Start(t, Options{Name: "a"})
-	<-done
-	if b == nil {
-		t.FailNow()
-	}
-	if a.Proxy.URL() == b.Proxy.URL() || a.apiPort == b.apiPort {
+	clusters := StartAll(t, Options{Name: "a"}, Options{Name: "b"})
+	a, b := clusters[0], clusters[1]
+	if a.Proxy.URL() == b.Proxy.URL() || a.DirectConfig.Host == b.DirectConfig.Host || apiAddr(a) == apiAddr(b) {
 		t.Fatalf("clusters share an address: %s and %s", a.Proxy.URL(), b.Proxy.URL())
 	}
 	createNamespace(t, a.Client(), "only-in-a")
@@ -141,11 +136,19 @@ func TestRBACForbidsThenAllows(t *testing.T) {
 	}
 }
 
+// apiAddr returns the address the cluster's proxies forward to: its API
+// server's, or "" while it is stopped.
+func apiAddr(c *Cluster) string {
+	c.direct.mu.Lock()
+	defer c.direct.mu.Unlock()
+	return c.direct.target
+}
+
 func TestRestartKeepsObjects(t *testing.T) {
 	t.Parallel()
 	c := Start(t, Options{Name: "restart"})
 	createNamespace(t, c.Client(), "kept")
-	url, pid := c.Proxy.URL(), c.Pid()
+	url, direct, pid := c.Proxy.URL(), c.DirectConfig.Host, c.Pid()
 
 	if err := c.Restart(t.Context()); err != nil {
 		t.Fatalf("restart: %v", err)
@@ -153,13 +156,14 @@ func TestRestartKeepsObjects(t *testing.T) {
 	if c.Pid() == pid {
 		t.Fatalf("restart kept the same process %d", pid)
 	}
-	if c.Proxy.URL() != url {
-		t.Fatalf("address changed across restart: %s -> %s", url, c.Proxy.URL())
+	if c.Proxy.URL() != url || c.DirectConfig.Host != direct {
+		t.Fatalf("address changed across restart: %s -> %s, direct %s -> %s", url, c.Proxy.URL(), direct, c.DirectConfig.Host)
 	}
-	// A fresh client: the old connections died with the old process.
-	client := kubernetes.NewForConfigOrDie(c.Config)
-	if _, err := client.CoreV1().Namespaces().Get(t.Context(), "kept", metav1.GetOptions{}); err != nil {
-		t.Fatalf("namespace lost across restart: %v", err)
+	// Fresh clients: the old connections died with the old process.
+	for _, cfg := range []*rest.Config{c.Config, c.DirectConfig} {
+		if _, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().Namespaces().Get(t.Context(), "kept", metav1.GetOptions{}); err != nil {
+			t.Fatalf("namespace lost across restart (%s): %v", cfg.Host, err)
+		}
 	}
 
 	if err := c.Stop(); err != nil {
@@ -324,5 +328,79 @@ func TestMissingBinaryIsAClearError(t *testing.T) {
 	_, err := New(t.Context(), Options{Binary: filepath.Join(t.TempDir(), "nope")})
 	if err == nil || !strings.Contains(err.Error(), "nope") {
 		t.Fatalf("want an error naming the missing binary, got %v", err)
+	}
+}
+
+// TestRestartWhenTheOldPortIsTaken is the race that once failed a fresh
+// clone's make test ("bind: address already in use"): between a stop and
+// a start, another process takes the port the API server had. The restart
+// must not care, and while stopped the proxies must not forward to the
+// squatter.
+func TestRestartWhenTheOldPortIsTaken(t *testing.T) {
+	t.Parallel()
+	c := Start(t, Options{Name: "taken"})
+	old := apiAddr(c)
+	if err := c.Stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	accepted := make(chan struct{}, 1)
+	if squatter, err := net.Listen("tcp", old); err != nil {
+		// Another process took it first: the same case, without the
+		// means to see whether the proxy forwards to it.
+		t.Logf("old port %s already taken: %v", old, err)
+	} else {
+		defer func() { _ = squatter.Close() }()
+		go func() {
+			for {
+				conn, err := squatter.Accept()
+				if err != nil {
+					return
+				}
+				_ = conn.Close()
+				select {
+				case accepted <- struct{}{}:
+				default:
+				}
+			}
+		}()
+	}
+	if _, err := shortClient(t, c, 2*time.Second).CoreV1().Namespaces().Get(t.Context(), "default", metav1.GetOptions{}); err == nil {
+		t.Fatalf("stopped cluster answered")
+	}
+	select {
+	case <-accepted:
+		t.Fatalf("the stopped cluster's proxy forwarded to the process now holding its old port")
+	default:
+	}
+
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatalf("start with the old port taken: %v", err)
+	}
+	if apiAddr(c) == old {
+		t.Fatalf("API server is back on %s, which another listener holds", old)
+	}
+	expectOK(t, kubernetes.NewForConfigOrDie(c.Config))
+	expectOK(t, kubernetes.NewForConfigOrDie(c.DirectConfig))
+}
+
+func TestRequireSkipsWithoutTheBinary(t *testing.T) {
+	t.Setenv(EnvBinary, "")
+	var sub *testing.T
+	t.Run("needs a control plane", func(t *testing.T) {
+		sub = t
+		Require(t)
+		t.Error("Require did not skip with FLEETGRAPH_TESTENV unset")
+	})
+	if !sub.Skipped() {
+		t.Fatalf("test was not skipped")
+	}
+}
+
+func TestMissingBinaryFromTheEnvironmentIsAnError(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "kube-testenv")
+	t.Setenv(EnvBinary, missing)
+	_, err := New(t.Context(), Options{})
+	if err == nil || !strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), EnvBinary) {
+		t.Fatalf("want an error naming %s and the missing path, got %v", EnvBinary, err)
 	}
 }

@@ -1,45 +1,36 @@
 package testcluster
 
 import (
+	"errors"
 	"sync"
 	"testing"
 )
 
 // StartAll starts clusters concurrently for a test and registers their
 // cleanup, which shows each cluster's log tail when the test failed. It
-// fails the test if any does not become ready.
+// skips the test as Require does, and fails it if any cluster does not
+// become ready (closing the ones that did).
 func StartAll(t testing.TB, opts ...Options) []*Cluster {
 	t.Helper()
+	for _, o := range opts {
+		if o.Binary == "" {
+			Require(t)
+		}
+	}
 	out := make([]*Cluster, len(opts))
+	errs := make([]error, len(opts))
 	var wg sync.WaitGroup
 	for i, o := range opts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := New(t.Context(), o)
-			if err != nil {
-				t.Errorf("testcluster: start %s: %v", o.Name, err)
-				return
-			}
-			out[i] = c
-		}()
+		wg.Go(func() { out[i], errs[i] = New(t.Context(), o) })
 	}
 	wg.Wait()
 	for _, c := range out {
-		if c == nil {
-			continue
+		if c != nil {
+			cleanupOnEnd(t, c)
 		}
-		t.Cleanup(func() {
-			if t.Failed() {
-				t.Logf("testcluster %s: last log lines:\n%s", c.Name, c.LogTail(30))
-			}
-			if err := c.Close(); err != nil {
-				t.Errorf("testcluster %s: close: %v", c.Name, err)
-			}
-		})
 	}
-	if t.Failed() {
-		t.FailNow()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("testcluster: %v", err)
 	}
 	return out
 }

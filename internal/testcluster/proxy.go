@@ -16,15 +16,15 @@ const proxyBufSize = 32 << 10
 // certificate.
 //
 // Concurrency: Proxy starts one accept goroutine, and two copy goroutines
-// per connection. All fault state is guarded by mu; copy goroutines wait on
+// per connection. The target and all fault state are guarded by mu; copy goroutines wait on
 // cond while black-holed. Close stops the accept loop, closes every
 // connection, wakes every waiter and waits for all goroutines to return.
 type Proxy struct {
-	target string
-	ln     net.Listener
+	ln net.Listener
 
 	mu        sync.Mutex
 	cond      *sync.Cond
+	target    string // host:port new connections go to; "" refuses them
 	blackhole bool
 	latency   time.Duration
 	closed    bool
@@ -33,13 +33,14 @@ type Proxy struct {
 	wg sync.WaitGroup
 }
 
-// NewProxy listens on a loopback port and forwards to target.
+// NewProxy listens on a loopback port the kernel picks and forwards to
+// target ("" for nowhere yet; see SetTarget).
 func NewProxy(target string) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("proxy listen: %w", err)
 	}
-	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
 	p.cond = sync.NewCond(&p.mu)
 	p.wg.Add(1)
 	go p.acceptLoop()
@@ -51,6 +52,16 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // URL returns the proxy's https URL.
 func (p *Proxy) URL() string { return "https://" + p.Addr() }
+
+// SetTarget points new connections at target (host:port). With "" the
+// proxy accepts and closes them, as a dead server would. Open connections
+// keep their upstream. A cluster's proxies follow its API server this way
+// when a restart moves it to a new port, so clients keep one address.
+func (p *Proxy) SetTarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+}
 
 // BlackHole stops all forwarding, on open and new connections alike. New
 // connections are accepted and then hang, and bytes already read are held,
@@ -152,9 +163,15 @@ func (p *Proxy) serve(client net.Conn) {
 	if _, ok := p.gate(); !ok {
 		return
 	}
-	upstream, err := net.DialTimeout("tcp", p.target, 5*time.Second)
-	if err != nil {
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	if target == "" {
 		return // the client sees a closed connection, as with a dead server
+	}
+	upstream, err := net.DialTimeout("tcp", target, 5*time.Second)
+	if err != nil {
+		return // likewise
 	}
 	if !p.track(upstream) {
 		_ = upstream.Close()

@@ -1,12 +1,17 @@
 // Command kube-testenv runs one real Kubernetes control plane for tests:
 // an embedded etcd and a kube-apiserver built from k8s.io/kubernetes, both
-// in this one process, on loopback ports.
+// in this one process, on loopback ports the kernel picks. Its one line on
+// stdout, "kube-testenv: serving on 127.0.0.1:PORT", reports the API
+// server's address once it listens; everything else it logs goes to
+// stderr. No caller picks a port, so processes started at once never race
+// for one.
 //
 // It is deliberately a separate binary in a nested module so that the root
 // fleetgraph module never depends on k8s.io/kubernetes. Tests start it
-// through internal/testcluster, which owns ports, data directories, tokens
-// and fault injection. Running it again with the same --data-dir keeps every
-// object, the serving certificate and the service-account keys.
+// through internal/testcluster, which owns data directories, tokens,
+// stable addresses and fault injection. Running it again with the same
+// --data-dir keeps every object, the serving certificate and the
+// service-account keys (on a new port).
 //
 // The API server runs with authorization-mode RBAC and a static token file.
 // Given --controller-token, the process also runs the two controllers whose
@@ -26,24 +31,31 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"time"
 
+	"github.com/spf13/pflag"
 	"go.etcd.io/etcd/server/v3/embed"
 	corev1 "k8s.io/api/core/v1"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
+	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-	"k8s.io/component-base/cli"
+	basecompatibility "k8s.io/component-base/compatibility"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register"          // JSON log format registration, as kube-apiserver's main does
 	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client-go metrics, as kube-apiserver's main does
 	_ "k8s.io/component-base/metrics/prometheus/version"  // version metric, as kube-apiserver's main does
 	"k8s.io/kubernetes/cmd/kube-apiserver/app"
+	"k8s.io/kubernetes/cmd/kube-apiserver/app/options"
 	"k8s.io/kubernetes/pkg/controller/clusterroleaggregation"
 	namespacecontroller "k8s.io/kubernetes/pkg/controller/namespace"
 )
@@ -58,7 +70,10 @@ const etcdStartTimeout = 10 * time.Second
 const controllerResync = 5 * time.Minute
 
 func main() {
-	if err := run(); err != nil {
+	logs.InitLogs()
+	err := run()
+	logs.FlushLogs()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "kube-testenv:", err)
 		os.Exit(1)
 	}
@@ -67,17 +82,14 @@ func main() {
 func run() error {
 	var (
 		dataDir   = flag.String("data-dir", "", "directory for etcd data, certificates and keys (required; reused on restart)")
-		port      = flag.Int("port", 0, "kube-apiserver secure port on 127.0.0.1 (required)")
-		etcdPort  = flag.Int("etcd-port", 0, "embedded etcd client port on 127.0.0.1 (required)")
-		peerPort  = flag.Int("etcd-peer-port", 0, "embedded etcd peer port on 127.0.0.1 (required)")
 		tokenFile = flag.String("token-auth-file", "", "kube-apiserver --token-auth-file CSV (required)")
 		ctlToken  = flag.String("controller-token", "", "system:masters token the in-process controllers use (optional)")
 		verbosity = flag.Int("v", 0, "kube-apiserver log verbosity")
 	)
 	flag.Parse()
-	if *dataDir == "" || *port == 0 || *etcdPort == 0 || *peerPort == 0 || *tokenFile == "" {
+	if *dataDir == "" || *tokenFile == "" {
 		flag.Usage()
-		return errors.New("--data-dir, --port, --etcd-port, --etcd-peer-port and --token-auth-file are required")
+		return errors.New("--data-dir and --token-auth-file are required")
 	}
 
 	saKey := filepath.Join(*dataDir, "sa.key")
@@ -85,17 +97,24 @@ func run() error {
 		return err
 	}
 
-	etcd, err := startEtcd(filepath.Join(*dataDir, "etcd"), *etcdPort, *peerPort)
+	etcd, err := startEtcd(filepath.Join(*dataDir, "etcd"))
 	if err != nil {
 		return err
 	}
 	defer etcd.Close()
 
+	// The kernel picks the API server's port: no other process can be
+	// handed it, so two control planes starting at once never collide.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	addr := ln.Addr().String()
+
+	ctx := genericapiserver.SetupSignalContext()
 	if *ctlToken != "" {
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
 		cfg := &rest.Config{
-			Host:            "https://127.0.0.1:" + strconv.Itoa(*port),
+			Host:            "https://" + addr,
 			BearerToken:     *ctlToken,
 			TLSClientConfig: rest.TLSClientConfig{CAFile: filepath.Join(*dataDir, "certs", "apiserver.crt")},
 		}
@@ -103,12 +122,9 @@ func run() error {
 		go runControllers(ctx, cfg)
 	}
 
-	cmd := app.NewAPIServerCommand()
-	cmd.SetArgs([]string{
-		"--etcd-servers=http://127.0.0.1:" + strconv.Itoa(*etcdPort),
-		"--bind-address=127.0.0.1",
+	opts, err := apiServerOptions(ctx, ln, []string{
+		"--etcd-servers=http://" + etcd.Clients[0].Addr().String(),
 		"--advertise-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(*port),
 		"--cert-dir=" + filepath.Join(*dataDir, "certs"),
 		"--authorization-mode=RBAC",
 		"--token-auth-file=" + *tokenFile,
@@ -124,10 +140,52 @@ func run() error {
 		"--endpoint-reconciler-type=none",
 		"--v=" + strconv.Itoa(*verbosity),
 	})
-	if code := cli.Run(cmd); code != 0 {
-		return fmt.Errorf("kube-apiserver exited with code %d", code)
+	if err != nil {
+		return err
 	}
-	return nil
+	// The one line this process writes to stdout: the caller reads the
+	// address from it, then waits for /readyz.
+	fmt.Println(servingPrefix + addr)
+	return app.Run(ctx, opts)
+}
+
+// servingPrefix starts the stdout line that reports the API server's
+// address, as host:port. internal/testcluster reads it.
+const servingPrefix = "kube-testenv: serving on "
+
+// apiServerOptions parses kube-apiserver flags into completed, validated
+// options that serve on ln. This is what kube-apiserver's command does,
+// except that the listener is given instead of opened from --secure-port,
+// which cannot ask for a port the kernel picks (0 turns serving off).
+func apiServerOptions(ctx context.Context, ln net.Listener, args []string) (options.CompletedOptions, error) {
+	s := options.NewServerRunOptions()
+	fs := pflag.NewFlagSet("kube-apiserver", pflag.ContinueOnError)
+	for _, f := range s.Flags().FlagSets {
+		fs.AddFlagSet(f)
+	}
+	if err := fs.Parse(args); err != nil {
+		return options.CompletedOptions{}, fmt.Errorf("kube-apiserver flags: %w", err)
+	}
+	s.SecureServing.Listener = ln
+	s.SecureServing.BindPort = ln.Addr().(*net.TCPAddr).Port
+
+	registry := s.GenericServerRunOptions.ComponentGlobalsRegistry
+	if err := registry.Set(); err != nil {
+		return options.CompletedOptions{}, err
+	}
+	// As kube-apiserver: its loopback clients log no self-issued warnings.
+	rest.SetDefaultWarningHandler(rest.NoWarnings{})
+	if err := logsapi.ValidateAndApply(s.Logs, registry.FeatureGateFor(basecompatibility.DefaultKubeComponent)); err != nil {
+		return options.CompletedOptions{}, err
+	}
+	completed, err := s.Complete(ctx)
+	if err != nil {
+		return options.CompletedOptions{}, err
+	}
+	if errs := completed.Validate(); len(errs) != 0 {
+		return options.CompletedOptions{}, utilerrors.NewAggregate(errs)
+	}
+	return completed, nil
 }
 
 // runControllers runs ClusterRole aggregation and namespace deletion
@@ -155,21 +213,27 @@ func runControllers(ctx context.Context, cfg *rest.Config) {
 	go namespaces.Run(ctx, 2)
 }
 
-// startEtcd starts a single-member etcd on loopback and waits until it
-// serves.
-func startEtcd(dir string, clientPort, peerPort int) (*embed.Etcd, error) {
+// startEtcd starts a single-member etcd on loopback ports the kernel
+// picks and waits until it serves. Its client address is
+// Clients[0].Addr(). The advertised URLs keep port 0: the member's only
+// client is the API server in this process, which is given the real
+// address, and keeping them constant lets a restart reuse the data.
+func startEtcd(dir string) (*embed.Etcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Dir = dir
 	cfg.Name = "testenv"
 	cfg.LogLevel = "error"
-	clientURL := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(clientPort)}
-	peerURL := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(peerPort)}
+	clientURL := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
+	peerURL := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
 	cfg.ListenClientUrls = []url.URL{clientURL}
 	cfg.AdvertiseClientUrls = []url.URL{clientURL}
 	cfg.ListenPeerUrls = []url.URL{peerURL}
 	cfg.AdvertisePeerUrls = []url.URL{peerURL}
 	cfg.InitialCluster = cfg.Name + "=" + peerURL.String()
 	cfg.QuotaBackendBytes = 2 << 30
+	// The gateway serves etcd's JSON API by dialling the configured
+	// client address, which is port 0 here; the API server speaks gRPC.
+	cfg.EnableGRPCGateway = false
 	// Test clusters need no durability against power loss. Without fsync
 	// a SIGKILLed process still loses nothing (the kernel keeps its
 	// writes), and writes are an order of magnitude faster.
