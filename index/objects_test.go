@@ -3,6 +3,7 @@ package index
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -160,5 +161,38 @@ func TestGetWatchFires(t *testing.T) {
 	mustNoErr(t, s.Upsert(ctxb, p))
 	if !watchFired(t, ws) {
 		t.Fatal("watch did not fire")
+	}
+}
+
+// TestKindRemappedBetweenSyncs is a cluster whose discovery names a kind's
+// resource differently from one sync to the next: each Replace moves the
+// kind's rows to the new resource, and the next one still finds and drops
+// the rows it no longer lists (it used to panic on a row left under the old
+// resource's kind id, and counts kept the old resource).
+func TestKindRemappedBetweenSyncs(t *testing.T) {
+	s, _ := newTestStore(t)
+	v2 := flux
+	v2.Resource = "kustomizations-v2"
+	rows := func(kind Kind, n int) []Object {
+		var out []Object
+		for i := range n {
+			out = append(out, Object{
+				Cluster: "c", Namespace: "ns", Group: kind.Group, Version: kind.Version, Kind: kind.Kind,
+				Resource: kind.Resource, Name: fmt.Sprint("k", i), UID: fmt.Sprint("u", i), Status: StatusHealthy,
+			})
+		}
+		return out
+	}
+	mustNoErr(t, s.Replace(ctxb, "c", flux, rows(flux, 5)))
+	mustNoErr(t, s.Replace(ctxb, "c", v2, rows(v2, 5)))
+	mustNoErr(t, s.Replace(ctxb, "c", flux, rows(flux, 3)))
+	// Counts and facets follow the resource the rows now have.
+	listAll := func(gr GroupResource) *Access {
+		return &Access{Clusters: map[string]*ClusterAccess{"c": {Everywhere: NewResources(gr)}}}
+	}
+	checkFacets(t, s, Filter{}, listAll(fluxGR), rows(flux, 3))
+	checkFacets(t, s, Filter{}, listAll(GroupResource{Group: flux.Group, Resource: v2.Resource}), nil)
+	if _, ok := s.Get(rows(flux, 5)[4].Key()); ok {
+		t.Fatalf("a row the last Replace did not list is still stored")
 	}
 }

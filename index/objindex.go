@@ -131,12 +131,7 @@ func (x *objIndex) insertRow(r *objRow) {
 	x.byName.insert(pfx, r)
 	ca := x.cluster(r.cid)
 	ca.rows.add(r.rid, x.maxRows())
-	kp := ca.byKind[r.kind.kid]
-	if kp == nil {
-		kp = &postings{}
-		ca.byKind[r.kind.kid] = kp
-	}
-	kp.add(r.rid, x.maxRows())
+	x.byKindOf(ca, r.kind.kid).add(r.rid, x.maxRows())
 	na := ca.nss[r.nsid]
 	if na == nil {
 		na = &nsAgg{}
@@ -172,7 +167,8 @@ func (x *objIndex) remove(r *objRow) {
 
 // updateRow swaps old for r, which has the same key, in every index but
 // the label index, touching only the indexes whose inputs changed. The
-// name order holds row ids, so it does not change.
+// name order holds row ids, so it does not change. The kind id changes
+// when the cluster now reports another resource for the kind.
 func (x *objIndex) updateRow(old, r *objRow) {
 	r.rid = old.rid
 	x.rows[r.rid] = r
@@ -182,12 +178,30 @@ func (x *objIndex) updateRow(old, r *objRow) {
 		r.message = x.msgs.intern(r.message)
 		x.msgs.release(old.message)
 	}
-	if old.status != r.status {
-		ca := x.byCluster[r.cid]
+	ca := x.byCluster[r.cid]
+	if old.kind.kid != r.kind.kid {
+		x.byKindOf(ca, old.kind.kid).remove(r.rid)
+		if ca.byKind[old.kind.kid].len() == 0 {
+			delete(ca.byKind, old.kind.kid)
+		}
+		x.byKindOf(ca, r.kind.kid).add(r.rid, x.maxRows())
+	}
+	if old.status != r.status || old.kind.kid != r.kind.kid {
 		na := ca.nss[r.nsid]
 		x.addCounts(old, ca, na, -1)
 		x.addCounts(r, ca, na, 1)
 	}
+}
+
+// byKindOf returns the postings of one kind in one cluster, made empty
+// when missing.
+func (x *objIndex) byKindOf(ca *clusterAgg, kid uint32) *postings {
+	kp := ca.byKind[kid]
+	if kp == nil {
+		kp = &postings{}
+		ca.byKind[kid] = kp
+	}
+	return kp
 }
 
 // updateLabels indexes the labels of r, which replaced old (nil for a new

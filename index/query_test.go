@@ -175,6 +175,9 @@ func refMatch(t testing.TB, f Filter, a *Access, o *Object, s ...*Store) bool {
 // name in its namespace or, through a Named entry without a namespace, in
 // any namespace.
 func refAllows(a *Access, cluster string, gr GroupResource, namespace, name string) bool {
+	if a == nil {
+		return false
+	}
 	if a.All {
 		return true
 	}
@@ -369,7 +372,10 @@ func drainObjects(t *testing.T, s *Store) []*Object {
 	return out
 }
 
-// checkFacets compares Facets with a brute-force count of want.
+// checkFacets compares Facets with a brute-force count of want: the
+// total, every status in the order of Statuses (zeros included), and the
+// non-zero counts by kind ("Kind" or "Kind.group"), cluster and namespace
+// (cluster-scoped objects under none), by count, descending, then value.
 func checkFacets(t *testing.T, s *Store, f Filter, a *Access, want []Object) {
 	t.Helper()
 	fc, err := s.Facets(ctxb, f, a)
@@ -377,31 +383,38 @@ func checkFacets(t *testing.T, s *Store, f Filter, a *Access, want []Object) {
 	if fc.Total != len(want) {
 		t.Fatalf("facets %+v: total %d, want %d", f, fc.Total, len(want))
 	}
-	count := func(key func(o *Object) string) map[string]int {
+	count := func(key func(o *Object) string) []FacetCount {
 		m := map[string]int{}
 		for i := range want {
 			if k := key(&want[i]); k != "" {
 				m[k]++
 			}
 		}
-		return m
+		var out []FacetCount
+		for v, n := range m {
+			out = append(out, FacetCount{Value: v, Count: n})
+		}
+		slices.SortFunc(out, func(a, b FacetCount) int {
+			return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Value, b.Value))
+		})
+		return out
 	}
-	asMap := func(l []FacetCount) map[string]int {
-		m := map[string]int{}
-		for _, c := range l {
-			if c.Count > 0 {
-				m[c.Value] = c.Count
+	statuses := make([]FacetCount, len(Statuses))
+	for i, st := range Statuses {
+		statuses[i].Value = string(st)
+		for j := range want {
+			if want[j].Status == st {
+				statuses[i].Count++
 			}
 		}
-		return m
 	}
-	for name, pair := range map[string][2]map[string]int{
-		"status":    {asMap(fc.Statuses), count(func(o *Object) string { return string(o.Status) })},
-		"kind":      {asMap(fc.Kinds), count(func(o *Object) string { return Kind{Group: o.Group, Kind: o.Kind}.GroupKind() })},
-		"cluster":   {asMap(fc.Clusters), count(func(o *Object) string { return o.Cluster })},
-		"namespace": {asMap(fc.Namespaces), count(func(o *Object) string { return o.Namespace })},
+	for name, pair := range map[string][2][]FacetCount{
+		"status":    {fc.Statuses, statuses},
+		"kind":      {fc.Kinds, count(func(o *Object) string { return Kind{Group: o.Group, Kind: o.Kind}.GroupKind() })},
+		"cluster":   {fc.Clusters, count(func(o *Object) string { return o.Cluster })},
+		"namespace": {fc.Namespaces, count(func(o *Object) string { return o.Namespace })},
 	} {
-		if fmt.Sprint(pair[0]) != fmt.Sprint(pair[1]) {
+		if len(pair[0]) != len(pair[1]) || (len(pair[0]) > 0 && !slices.Equal(pair[0], pair[1])) {
 			t.Fatalf("facets %+v access %v: %s = %v, want %v", f, a, name, pair[0], pair[1])
 		}
 	}
