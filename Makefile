@@ -43,7 +43,7 @@ CHROMIUM := /usr/bin/chromium
 
 TESTENV_SRC := $(shell find testenv -name '*.go' -not -path '*/rbacdiff/*') testenv/go.mod testenv/go.sum Makefile
 
-.PHONY: all build test test-unit test-root test-testenv test-fleetbench test-chart chart-rbac helm image lint-dockerfile lint demo testenv crds \
+.PHONY: all build test test-unit test-root test-testenv test-fleetbench test-chart chart-rbac helm image lint-dockerfile test-fuzz check-generated lint demo testenv crds \
 	bench-index bench-scale bench-authz bench-collector bench-graph bench-compare bench-servers test-rbac-full test-conformance clean
 
 all: build
@@ -64,8 +64,9 @@ $(TESTENV): $(TESTENV_SRC)
 		awk -v total=$$total '/^[A-Za-z0-9._~\/-]+$$/ { n++; if (n % 100 == 0) printf "  kube-testenv: %d of %d packages compiled\n", n, total; next } { print }'
 	@touch $(TESTENV)
 
-## test: every test of every module, with the race detector; helm lint and template of the chart; the Dockerfile's lint
-test: testenv test-ui test-chart lint-dockerfile test-root test-testenv test-fleetbench
+## test: every test of every module with the race detector, brief fuzzing, helm lint and template of the chart,
+## the Dockerfile's lint, make lint, and a check that generated code is current
+test: testenv test-ui test-chart lint-dockerfile test-root test-testenv test-fleetbench test-fuzz lint check-generated
 
 test-root: $(CONFORMANCE_DEPS) $(HELM) $(UI_DEPS) $(CHROMIUM)
 	FLEETGRAPH_CONFORMANCE=1 FLEETGRAPH_BROWSER=1 $(GO) test -race -timeout 30m ./...
@@ -138,6 +139,26 @@ $(DOCKERFILE_LINT): tools/dockerfile-lint/package-lock.json
 image:
 	@command -v $(CONTAINER_ENGINE) >/dev/null || { echo "make image: $(CONTAINER_ENGINE) is not installed; set CONTAINER_ENGINE=podman or install docker" >&2; exit 1; }
 	$(CONTAINER_ENGINE) build -t $(IMAGE) .
+
+# The fuzz targets make test runs, as package:target; go test -fuzz takes
+# one target per run. FUZZTIME=1m fuzzes longer.
+FUZZ_TARGETS := ./index/:FuzzCursor ./index/:FuzzLabelSelector ./connection/edge/:FuzzDecodeMessage
+FUZZTIME ?= 5s
+
+## test-fuzz: each fuzz target for FUZZTIME (their seed corpora also run in every go test)
+test-fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t#*:} for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) "$${t%%:*}"; \
+	done
+
+## check-generated: go generate ./... must change no file (gqlgen output is committed)
+check-generated:
+	@mkdir -p $(BIN)
+	@git ls-files -z -co --exclude-standard | xargs -0 sha256sum > $(BIN)/.generate-before 2>&1
+	$(GO) generate ./...
+	@git ls-files -z -co --exclude-standard | xargs -0 sha256sum 2>&1 | diff $(BIN)/.generate-before - || \
+		{ echo "go generate changed the files above: the generated code was stale (it is regenerated now; commit it)"; exit 1; }
 
 ## test-unit: every test that needs no control plane and no Node (the others skip, saying so)
 test-unit: test-testenv
