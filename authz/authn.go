@@ -104,7 +104,7 @@ type Union struct {
 	// AllowAnonymous, when true, lets a request that presents no
 	// credentials at all through as system:anonymous in group
 	// system:unauthenticated. Requests with credentials that were
-	// rejected are never anonymous. It is false by default: DESIGN.md
+	// rejected are never anonymous. It is false by default: docs/design.md
 	// asks for 401 on anonymous requests.
 	AllowAnonymous bool
 }

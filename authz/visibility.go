@@ -24,7 +24,7 @@ func isNamespaces(gr index.GroupResource) bool {
 
 // VisibilityAttributes returns the requests that decide whether one object
 // is visible: it is visible when any of them is allowed. They are the
-// visibility rule of DESIGN.md spelled out as Kubernetes requests:
+// visibility rule of docs/design.md spelled out as Kubernetes requests:
 //
 //   - get of the object by name, with the object's namespace as the
 //     namespace attribute (for a Namespace object, its own name, which is

@@ -20,7 +20,7 @@ import (
 )
 
 // DefaultRelist is the default interval of the full relist that every kind
-// repeats as anti-entropy (seed 002: a full sync every 30 seconds). A
+// repeats as anti-entropy (docs/design.md: a full sync every 30 seconds). A
 // relist goes through Replace, whose change detection makes an unchanged
 // relist cost no events.
 const DefaultRelist = 30 * time.Second

@@ -34,8 +34,8 @@ const (
 // signal is a message to a cluster's lifecycle goroutine. gen is the
 // generation of the connection that produced it: the lifecycle ignores
 // signals from older connections, so a probe that used a client from
-// before a reconnect can never cause another reconnect (seed 000,
-// problem 2).
+// before a reconnect can never cause another reconnect (docs/design.md,
+// connection lifecycle).
 type signal struct {
 	gen  uint64
 	typ  sigType
@@ -276,7 +276,8 @@ func collectorSignal(gen uint64, e collector.Event) signal {
 
 // probeLoop probes /readyz every interval, or at once when kicked, and
 // reports each result. It is the one probe loop of the cluster, whatever
-// the number of clients watching its state (seed 000, problem 1).
+// the number of clients watching its state (docs/design.md: no poll per
+// viewer).
 func (c *cluster) probeLoop(ctx context.Context, gen uint64, clients *collector.Clients, kick <-chan struct{}) {
 	t := time.NewTicker(c.m.opts.ProbeInterval)
 	defer t.Stop()

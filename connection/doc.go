@@ -22,7 +22,7 @@
 // Connect returns a generation; every later input names it, and inputs
 // from an older connection (a probe that outlived its client, a session
 // that ended) change nothing, so they cannot cause a spurious reconnect or
-// transition (seed 000, problem 2).
+// transition (docs/design.md, connection lifecycle).
 //
 // The transitions, each one written to the index as one change of the
 // cluster row (index.EventCluster):

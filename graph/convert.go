@@ -114,7 +114,7 @@ func toState(s index.ConnectionState) model.ConnectionState {
 	return model.ConnectionState(s)
 }
 
-// toFleetStatus converts the rebuild progress of seed 003 ("Rebuilding
+// toFleetStatus converts the fleet's rebuild progress ("Rebuilding
 // indices... 35/100 clusters"), which the index computes.
 func toFleetStatus(f index.FleetStatus) *model.FleetStatus {
 	return &model.FleetStatus{ClustersTotal: f.ClustersTotal, ClustersSynced: f.ClustersSynced, Rebuilding: f.Rebuilding, Message: f.Message}

@@ -2,7 +2,7 @@
 // subscriptions, authentication and limits over HTTP, websockets and
 // server-sent events.
 //
-// The schema (schema.graphqls) follows DESIGN.md's public contract; its
+// The schema (schema.graphqls) is the public contract of docs/design.md; its
 // names are relied on outside this repository, so it is extended, never
 // renamed. NewHandler builds an http.Handler serving:
 //

@@ -1,6 +1,6 @@
-// Package index holds the fleet's state: one normalized row per object of
-// every cluster, the clusters themselves, and each cluster's RBAC rows, in an
-// in-memory go-memdb database.
+// Package index holds the fleet's state in memory: one normalized row per
+// object of every cluster, the clusters themselves, their kinds, and each
+// cluster's RBAC rows.
 //
 // It is the only source for queries and subscriptions. Everything that
 // changes it goes through the Sink interface (rows with Replace, Upsert,

@@ -4,7 +4,7 @@ import "fmt"
 
 // FleetStatus is the fleet's rebuild progress: after a start, the index is
 // empty until every cluster's first full sync, and users are told how far
-// along it is ("Rebuilding indices... 35/100 clusters", seed 003).
+// along it is ("Rebuilding indices... 35/100 clusters").
 type FleetStatus struct {
 	ClustersTotal  int
 	ClustersSynced int

@@ -7,7 +7,8 @@ import "slices"
 // go-memdb's id index alone cost about 440 bytes per row (a radix leaf and
 // node, each with its own watch channel, plus path copies) and most of the
 // write CPU, which ruled out the 1 KiB/row and 250k rows/s goals before any
-// secondary index (DESIGN.md has the same finding for the naive layout).
+// secondary index (docs/design.md has the founding design's figures for
+// the naive layout).
 // Instead:
 //
 //   - a map from key to a dense row id, and the rows by id;

@@ -18,8 +18,9 @@ import (
 	"github.com/fleetgraph/fleetgraph/index/indextest"
 )
 
-// redisPeer is the design seed 003 had in mind, on a redis-server the
-// harness starts on a loopback port without persistence: a hash per
+// redisPeer is the store the query-scaling RFC had in mind
+// (docs/design.md), on a redis-server the harness starts on a loopback
+// port without persistence: a hash per
 // object (o:<id>), a hash from object key to id, sets of ids per cluster,
 // (cluster, namespace), namespace, kind, kind x status and label pair, and
 // a sorted set of every id scored by its rank in name order. A page is a

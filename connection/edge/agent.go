@@ -25,7 +25,7 @@ import (
 
 // Defaults and constants of the edge side.
 const (
-	// DefaultResyncInterval is the full resync interval (seed 002: every
+	// DefaultResyncInterval is the full resync interval (docs/design.md: every
 	// 30 seconds). DefaultResyncMin and DefaultResyncMax bound the
 	// adaptive interval: a busy cluster resyncs down to every 10 s, a
 	// quiet one stretches to a minute, which keeps hundreds of idle

@@ -1,4 +1,4 @@
-// Package edge is fleetgraph's push mode (seed 002): an edge Agent runs
+// Package edge is fleetgraph's push mode (docs/design.md): an edge Agent runs
 // the collector next to one cluster and streams its rows to the manager
 // over a websocket, and the manager's Hub writes them into the index
 // through the same Sink operations a pull collector uses.

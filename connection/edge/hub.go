@@ -22,7 +22,7 @@ import (
 // Defaults for HubOptions.
 const (
 	// DefaultGrace is how long a cluster stays reserved for its last
-	// edge instance after a disconnect (seed 002: a grace period against
+	// edge instance after a disconnect (docs/design.md: a grace period against
 	// connection races). Long enough for an edge to notice the loss and
 	// reconnect through its backoff, short enough that a replacement
 	// edge is not locked out for long when the old one is dead.

@@ -28,7 +28,7 @@ const ProtocolVersion = 1
 const Subprotocol = "fleetgraph-edge.v1"
 
 // DefaultMaxMessageBytes is the largest message either side accepts,
-// measured after decompression (seed 002: 4 MiB). Snapshots larger than
+// measured after decompression (docs/design.md: 4 MiB). Snapshots larger than
 // this are sent in parts.
 const DefaultMaxMessageBytes = 4 << 20
 
@@ -229,7 +229,7 @@ type Ack struct {
 
 // DetailRequest asks the edge to perform a read on its local API server,
 // impersonating the viewer: it is how object(...) reaches a push-mode
-// cluster (DESIGN.md). Only GET and HEAD on /api and /apis are allowed.
+// cluster (docs/design.md). Only GET and HEAD on /api and /apis are allowed.
 type DetailRequest struct {
 	ID     uint64      `json:"id"`
 	Method string      `json:"method"`

@@ -53,8 +53,8 @@ type capiCluster struct {
 	} `json:"status"`
 }
 
-// NewGitopsClusters returns the source of Weave GitOps GitopsClusters
-// (seed 003): each is a cluster named after it, with its labels, reached
+// NewGitopsClusters returns the source of Weave GitOps GitopsClusters:
+// each is a cluster named after it, with its labels, reached
 // with the kubeconfig of its spec.secretRef Secret, or with the kubeconfig
 // Secret of the Cluster API cluster its spec.capiClusterRef names.
 func NewGitopsClusters(opts Options) Source { return &crdSource{name: GitopsClusterSource, opts: opts} }

@@ -1185,7 +1185,7 @@ func newExecutionContext(
 var sources = []*ast.Source{
 	{Name: "../schema.graphqls", Input: `# fleetgraph's public GraphQL API.
 #
-# The names in DESIGN.md ("GraphQL API — the public contract") are relied on
+# The names in docs/design.md ("The public contract: the GraphQL API") are relied on
 # by tests outside this repository: extend this schema, never rename.
 #
 # Every answer is filtered through the RBAC of each object's own cluster

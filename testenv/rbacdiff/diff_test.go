@@ -35,7 +35,7 @@ func envInt(t *testing.T, name string, def int) int {
 }
 
 // casesDefault keeps `go test ./...` around ten seconds on a small machine;
-// make test-rbac-full sets RBACDIFF_CASES=200000 or more.
+// make test-rbac-full sets RBACDIFF_CASES=1000000.
 const casesDefault = 50000
 
 func describe(a *authz.Attributes) string {

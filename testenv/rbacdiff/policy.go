@@ -241,7 +241,7 @@ type Object struct {
 	Name       string
 }
 
-// OracleVisible decides the visibility rule of DESIGN.md with the oracle,
+// OracleVisible decides the visibility rule of docs/design.md with the oracle,
 // spelled out independently of authz.VisibilityAttributes: get by name
 // with the object's namespace (a Namespace's own name for namespaces),
 // list in the object's namespace, list cluster-wide.

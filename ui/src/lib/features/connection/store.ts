@@ -1,8 +1,8 @@
 // Cluster connection state for every view of the tab, from ONE
-// clusterConnection subscription (seed 000 problem 1: no poll per view). It
+// clusterConnection subscription (docs/design.md: no poll per view). It
 // feeds the fleet overview, the toasts, the stale marks of the object table,
 // and `refreshes`, which data views watch to reload after a reconnect
-// without a page reload (seed 000 problem 3).
+// without a page reload (docs/design.md).
 import { derived, get, writable, type Readable } from 'svelte/store';
 import type { Client } from '../../graphql/client';
 import { CLUSTER_CONNECTION, CLUSTERS, FLEET } from '../../graphql/documents';

@@ -1,4 +1,4 @@
-// Toast logic of seed 000, as a pure function: connection events in, toasts
+// Toast logic (docs/design.md: one toast per outage), as a pure function: connection events in, toasts
 // out. One outage gives exactly one toast, which stays until every cluster
 // lost in it is back; clusters lost while it is up join it instead of
 // stacking a second toast. When the outage ends the same toast turns into

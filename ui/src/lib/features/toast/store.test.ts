@@ -9,7 +9,7 @@ function run(events: LinkEvent[]): ToastState {
   return events.reduce(reduce, initialToasts);
 }
 
-describe('toast logic (seed 000)', () => {
+describe('toast logic (docs/design.md: one toast per outage)', () => {
   it('one outage in, one toast out, however many events repeat it', () => {
     const s = run([ev('east', 'DISCONNECTED'), ev('east', 'CONNECTING'), ev('east', 'DISCONNECTED'), ev('east', 'CONNECTING')]);
     expect(s.toast?.kind).toBe('outage');
