@@ -320,3 +320,44 @@ func TestChartRunsTheImage(t *testing.T) {
 	}
 	t.Fatal("no Deployment rendered")
 }
+
+// TestChartArgsAreFlags parses the container arguments the chart renders
+// with the real commands' flags, so a misspelt or removed flag fails here
+// rather than in a crash-looping pod.
+func TestChartArgsAreFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		values map[string]any
+	}{
+		{"manager defaults", map[string]any{}},
+		{"manager with everything", richValues},
+		{"manager without details", map[string]any{"collect": map[string]any{"objectDetails": false, "kinds": []string{"Pod"}, "extraKinds": []string{"apps/v1/Deployment"}, "namespaces": []string{"a"}, "excludeNamespaces": []string{"b"}}}},
+		{"edge", map[string]any{"mode": "edge", "edge": map[string]any{"managerURL": "https://m/edge", "cluster": "leaf-1", "tokenSecret": "t", "region": "eu", "environment": "prod"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, o := range mustRender(t, "fleetgraph", "fleetgraph", tc.values) {
+				if o.GetKind() != "Deployment" {
+					continue
+				}
+				containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+				var args []string
+				for _, a := range containers[0].(map[string]any)["args"].([]any) {
+					args = append(args, a.(string))
+				}
+				root := newRootCommand()
+				cmd, rest, err := root.Find(args)
+				if err != nil {
+					t.Fatalf("args %q: %v", args, err)
+				}
+				if err := cmd.ParseFlags(rest); err != nil {
+					t.Errorf("%s does not take the chart's arguments %q: %v", cmd.Name(), args, err)
+				}
+				if extra := cmd.Flags().Args(); len(extra) > 0 {
+					t.Errorf("%s: stray arguments %q", cmd.Name(), extra)
+				}
+				return
+			}
+			t.Fatal("no Deployment rendered")
+		})
+	}
+}
