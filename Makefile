@@ -79,7 +79,11 @@ test-testenv:
 test-fleetbench: bench-servers
 	cd cmd/fleetbench && $(GO) vet ./... && $(GO) test -race ./...
 
-.PHONY: ui test-ui
+.PHONY: ui test-ui docs
+
+## docs: regenerate docs/configuration.md from the commands' flags (a test checks it is current)
+docs:
+	$(GO) run ./cmd/fleetgraph reference > docs/configuration.md
 
 ## ui: rebuild the dashboard (ui/dist, committed and embedded) from its sources
 ui: $(UI_DEPS)

@@ -62,5 +62,6 @@ func newRootCommand() *cobra.Command {
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&logFormat, "log-format", "text", "log format: text, or json (one object per line, for log collectors)")
 	root.AddCommand(newServeCommand(), newEdgeCommand(), newDemoCommand(), newRBACCommand())
+	root.AddCommand(newReferenceCommand(root))
 	return root
 }
