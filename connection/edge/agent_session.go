@@ -383,9 +383,7 @@ func (s *agentSession) startDetail(req *DetailRequest) {
 }
 
 // pingLoop pings the manager every interval until ctx ends or the
-// session is done.
+// session is done; the reader says why a session's connection ended.
 func (s *agentSession) pingLoop(ctx context.Context) {
-	if err := pingEvery(ctx, s.done, s.conn, s.a.opts.PingInterval); err != nil {
-		s.fail(err)
-	}
+	pingEvery(ctx, s.done, s.conn, s.a.opts.PingInterval)
 }

@@ -182,11 +182,10 @@ func (s *session) readLoop() {
 	}
 }
 
-// pingLoop pings the edge every interval until ctx ends.
+// pingLoop pings the edge every interval until ctx ends; readLoop says
+// why a session's connection ended.
 func (s *session) pingLoop(ctx context.Context) {
-	if err := pingEvery(ctx, nil, s.conn, s.h.opts.PingInterval); err != nil {
-		s.end(err)
-	}
+	pingEvery(ctx, nil, s.conn, s.h.opts.PingInterval)
 }
 
 // applyLoop applies queued messages in order and acks each, until the

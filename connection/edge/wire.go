@@ -222,19 +222,23 @@ func normalClose(err error) bool {
 	return false
 }
 
-// pingEvery pings the peer every interval until ctx ends or stop is closed
-// (a nil stop never is), and returns the error of a ping that could not be
-// written. A ping waits for its pong at most interval; a missing pong is
-// the reader's to judge (see conn). Both ends of a session ping this way.
-func pingEvery(ctx context.Context, stop <-chan struct{}, c *conn, interval time.Duration) error {
+// pingEvery pings the peer every interval until ctx ends, stop is closed
+// (a nil stop never is) or a ping cannot be written. A ping waits for its
+// pong at most interval. Why a connection ended is the reader's to say
+// (see conn), never the pinger's: a missing pong leaves the reader
+// silent until its wait ends, a connection a ping cannot be written to
+// fails the reader too, and a ping often fails only because the reader
+// closed the connection, for a reason it knows and the ping error hides
+// ("use of closed network connection" instead of "nothing heard").
+func pingEvery(ctx context.Context, stop <-chan struct{}, c *conn, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-stop:
-			return nil
+			return
 		case <-t.C:
 		}
 		pctx, cancel := context.WithTimeout(ctx, interval)
@@ -242,7 +246,7 @@ func pingEvery(ctx context.Context, stop <-chan struct{}, c *conn, interval time
 		waited := pctx.Err() != nil
 		cancel()
 		if err != nil && !waited {
-			return fmt.Errorf("ping: %w", err)
+			return
 		}
 	}
 }
