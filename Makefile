@@ -44,7 +44,7 @@ CHROMIUM := /usr/bin/chromium
 TESTENV_SRC := $(shell find testenv -name '*.go' -not -path '*/rbacdiff/*') testenv/go.mod testenv/go.sum Makefile
 
 .PHONY: all build test test-unit test-root test-testenv test-fleetbench test-chart chart-rbac helm image lint-dockerfile test-fuzz check-generated lint demo testenv crds \
-	bench-index bench-scale bench-authz bench-collector bench-graph bench-compare bench-servers test-rbac-full test-conformance clean
+	bench-index bench-scale bench-authz bench-collector bench-graph bench-ui bench-compare bench-servers test-rbac-full test-conformance clean
 
 all: build
 
@@ -199,6 +199,12 @@ test-conformance: $(CONFORMANCE_DEPS)
 ## bench-graph: Q3 over HTTP and 1,000 subscribers' fan-out on the 1M-object fleet
 bench-graph:
 	$(GO) test -run '^$$' -bench '^BenchmarkGraphFleet$$' -benchtime=1x -timeout 30m ./graph/ | grep '^graph:'
+
+## bench-ui: the dashboard in Chromium on the 1M-object fleet (first render, filter change to
+## rendered table), as the admin and as a viewer of 20,000 namespaces; medians of UI_RUNS runs
+UI_RUNS ?= 3
+bench-ui: $(UI_DEPS) $(CHROMIUM)
+	$(GO) run ./ui/e2e/bigfleet -runs $(UI_RUNS)
 
 ## bench-authz: access-set build, cached lookup, and Q3 cost for a 4,000-binding user
 bench-authz:

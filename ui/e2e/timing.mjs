@@ -2,7 +2,11 @@
 // bigfleet: first render of the object table after sign-in, and the time
 // from a filter change (a facet click) to the rendered table, measured in
 // the page from the click to the frame after the table shows the new view.
-// Prints one line: "ui: first_render_ms=... filter_p50_ms=... filter_p95_ms=...".
+// Each facet is clicked on, then off again; the table it times must show
+// the count the facet showed before the click (on) or the total it showed
+// before (off), or the run fails. Prints one line: "ui: first_render_ms=...
+// filter_p50_ms=... filter_p95_ms=...". make bench-ui runs it through
+// bigfleet -runs, which prints the medians of several runs.
 import { chromium } from 'playwright-core';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -27,16 +31,21 @@ try {
 
   const facets = [['status', 'UNHEALTHY'], ['status', 'PROGRESSING'], ['kind', 'Pod'], ['cluster', 'cluster-007']];
   const samples = [];
+  let unfiltered = 0;
   for (let r = 0; r < rounds; r++) {
     for (const [facet, value] of facets) {
       for (let on = 0; on < 2; on++) {
-        samples.push(await page.evaluate(async ([facet, value]) => {
+        const res = await page.evaluate(async ([facet, value]) => {
+          const num = (el) => Number((el?.textContent ?? '').replace(/[^0-9]/g, ''));
           const table = document.querySelector('table[data-testid="objects"]');
           const before = table.dataset.view;
           const label = [...document.querySelectorAll(`[data-facet="${facet}"] label`)].find((l) => l.querySelector('.value')?.textContent === value);
           if (!label) throw new Error(`no ${facet} facet ${value}`);
+          const input = label.querySelector('input');
+          const expect = input.checked ? null : num(label.querySelector('.count'));
+          const totalBefore = num(document.querySelector('[data-testid="total"]'));
           const t = performance.now();
-          label.querySelector('input').click();
+          input.click();
           await new Promise((resolve) => {
             const check = () => {
               const v = table.dataset.view;
@@ -45,8 +54,15 @@ try {
             };
             check();
           });
-          return performance.now() - t;
-        }, [facet, value]));
+          return { ms: performance.now() - t, expect, totalBefore, total: num(document.querySelector('[data-testid="total"]')) };
+        }, [facet, value]);
+        // On: the facet's count. Off: the total before it was turned on.
+        const want = on === 0 ? res.expect : unfiltered;
+        if (on === 0) unfiltered = res.totalBefore;
+        if (want === null || res.total !== want || res.total === 0) {
+          throw new Error(`${facet} ${value} ${on === 0 ? 'on' : 'off'}: the table shows ${res.total} objects, want ${want}`);
+        }
+        samples.push(res.ms);
       }
     }
   }
