@@ -2,11 +2,9 @@ package fleetgraph_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +13,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/fleetgraph/fleetgraph"
 	"github.com/fleetgraph/fleetgraph/authz"
@@ -88,40 +85,15 @@ func TestEdgeEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := fleetgraph.New(fleetgraph.Config{
+	_, url := runServer(t, fleetgraph.Config{
 		Authenticator: users,
 		EdgeTokens:    edge.NewStaticTokens(map[string]string{"edge-secret": "e2e"}),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	srvDone := make(chan error, 1)
-	go func() { srvDone <- srv.Run(runCtx) }()
-	hs := httptest.NewServer(srv.Handler())
-	agent, err := edge.NewAgent(edge.AgentOptions{
-		Manager: hs.URL + "/edge", Cluster: "e2e", Token: func() (string, error) { return "edge-secret", nil },
-		Local: rest.CopyConfig(c.DirectConfig), BackoffInitial: 100 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentDone := make(chan error, 1)
-	go func() { agentDone <- agent.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-agentDone; err != nil {
-			t.Errorf("agent: %v", err)
-		}
-		if err := <-srvDone; err != nil {
-			t.Errorf("server: %v", err)
-		}
-		hs.Close()
-	})
+	runAgent(t, url, "e2e", "edge-secret", c.DirectConfig)
 
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		r := query(t, hs.URL, "alice-token", `{ cluster(name: "e2e") { mode connection { state } } }`)
+		r := query(t, url, "alice-token", `{ cluster(name: "e2e") { mode connection { state } } }`)
 		if string(r.Data) == `{"cluster":{"mode":"PUSH","connection":{"state":"CONNECTED"}}}` {
 			break
 		}
@@ -133,17 +105,17 @@ func TestEdgeEndToEnd(t *testing.T) {
 
 	// Lists are filtered by the RBAC the edge replicated: alice sees the
 	// two pods of ns-0 and nothing else.
-	r := query(t, hs.URL, "alice-token", `{ objects(filter: {clusters: ["e2e"]}) { totalCount edges { node { namespace kind } } } }`)
+	r := query(t, url, "alice-token", `{ objects(filter: {clusters: ["e2e"]}) { totalCount edges { node { namespace kind } } } }`)
 	if len(r.Errors) > 0 || !strings.Contains(string(r.Data), `"totalCount":2`) || strings.Contains(string(r.Data), "ns-1") {
 		t.Errorf("alice's objects: %s %v", r.Data, r.Errors)
 	}
 
 	detail := `{ object(cluster: "e2e", kind: "Pod", namespace: "ns-0", name: "pod-0") { name uid manifest } }`
-	r = query(t, hs.URL, "alice-token", detail)
+	r = query(t, url, "alice-token", detail)
 	if len(r.Errors) > 0 || !strings.Contains(string(r.Data), `"name":"pod-0"`) || !strings.Contains(string(r.Data), `"kind":"Pod"`) {
 		t.Errorf("alice's live read through the edge: %s %v", r.Data, r.Errors)
 	}
-	r = query(t, hs.URL, "bob-token", detail)
+	r = query(t, url, "bob-token", detail)
 	if len(r.Errors) != 1 || fmt.Sprint(r.Errors[0].Extensions["code"]) != "FORBIDDEN" {
 		t.Errorf("bob's live read: %s %+v, want a FORBIDDEN error from the leaf", r.Data, r.Errors)
 	}

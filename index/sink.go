@@ -31,6 +31,11 @@ type Sink interface {
 	// RemoveCluster removes a cluster: its row, every object and policy
 	// row, and its kinds. Removing an unknown cluster is not an error.
 	RemoveCluster(ctx context.Context, name string) error
+	// ApplySnapshot replaces several kinds of one cluster and records
+	// their errors in one commit, and with retire removes the cluster's
+	// kinds it does not list. Edge snapshots arrive this way, so that a
+	// snapshot is applied all or nothing across its kinds.
+	ApplySnapshot(ctx context.Context, cluster string, kinds []KindSnapshot, retire bool) error
 }
 
 // RowSink is the part of Sink that carries one cluster's collected kinds:

@@ -53,7 +53,9 @@ func FuzzDecodeMessage(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	s := &session{cluster: "edge-a"}
+	hub := &Hub{}
+	hub.opts.setDefaults()
+	s := &session{cluster: "edge-a", h: hub}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := decodeMessage(data)
 		if err != nil {
@@ -84,9 +86,9 @@ func FuzzDecodeMessage(f *testing.F) {
 			rows = m.Delta.Upserts
 		}
 		for _, raw := range rows {
-			o, err := s.decodeRow(raw)
+			o, _, err := s.decodeRow(raw)
 			if err != nil {
-				if r := rejectOf(t, err); r.Reason != ReasonMalformed && r.Reason != ReasonWrongCluster {
+				if r := rejectOf(t, err); r.Reason != ReasonMalformed && r.Reason != ReasonWrongCluster && r.Reason != ReasonQuota {
 					t.Fatalf("row %q: reason %s", raw, r.Reason)
 				}
 				continue

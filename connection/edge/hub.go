@@ -34,9 +34,20 @@ const (
 	// DefaultMaxSnapshotBytes bounds the rows of one snapshot the manager
 	// holds until the snapshot is complete: about half a million rows.
 	DefaultMaxSnapshotBytes = 512 << 20
-	// DefaultHelloTimeout bounds the wait for a Hello after the upgrade,
-	// so idle sockets cannot pile up.
+	// DefaultHelloTimeout bounds the time from the upgrade to a complete
+	// Hello, however slowly its bytes come, so idle sockets cannot pile
+	// up.
 	DefaultHelloTimeout = 10 * time.Second
+	// DefaultMaxHandshakes bounds the connections between their upgrade
+	// and their Hello's verdict; more are refused with 503 before the
+	// upgrade. With DefaultHelloTimeout it caps what unauthenticated
+	// peers hold, while a manager restart's reconnecting edges get in
+	// over a few backoff rounds.
+	DefaultMaxHandshakes = 64
+	// tokenRecheck is how often the hub checks that each session's token
+	// still names its cluster (the tokens file may have changed), well
+	// inside the 5 s in which a removed token must stop working.
+	tokenRecheck = time.Second
 	// DefaultPingInterval and DefaultPongWait are the keep-alive: each
 	// side pings every interval and drops a peer it has heard nothing
 	// from (message or pong) for PongWait, which finds a half-open
@@ -66,19 +77,25 @@ type RESTConfigSource interface {
 
 // HubOptions configures a Hub. Store and Tokens are required.
 type HubOptions struct {
-	// Store receives the edges' rows and their clusters' rows; the hub
-	// only writes it (a *index.Store).
-	Store  index.Sink
+	// Store receives the edges' rows and their clusters' rows, and
+	// answers the few reads that hold edges to their quotas (a
+	// *index.Store).
+	Store  Store
 	Tokens Tokens
 	// Grace, MaxMessageBytes, MaxSnapshotBytes, Window, HelloTimeout,
-	// PingInterval and PongWait default to the constants above.
+	// MaxHandshakes, PingInterval and PongWait default to the constants
+	// above. MaxSnapshotBytes counts what the decoded rows of a snapshot
+	// cost to hold while its parts arrive.
 	Grace            time.Duration
 	MaxMessageBytes  int
 	MaxSnapshotBytes int
 	Window           int
 	HelloTimeout     time.Duration
+	MaxHandshakes    int
 	PingInterval     time.Duration
 	PongWait         time.Duration
+	// Quotas bound what one edge may make the manager hold.
+	Quotas Quotas
 	// IsPull reports clusters collected in pull mode; an edge claiming
 	// one is rejected, so one cluster never has two writers.
 	IsPull func(cluster string) bool
@@ -103,6 +120,10 @@ func (o *HubOptions) setDefaults() {
 	if o.Window <= 0 {
 		o.Window = DefaultWindow
 	}
+	if o.MaxHandshakes <= 0 {
+		o.MaxHandshakes = DefaultMaxHandshakes
+	}
+	o.Quotas.setDefaults()
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -129,11 +150,12 @@ type Hub struct {
 	opts    HubOptions
 	metrics *hubMetrics
 
-	mu      sync.Mutex
-	ctx     context.Context // set by Run
-	stopped bool
-	claims  map[string]*claim
-	wg      sync.WaitGroup
+	mu         sync.Mutex
+	ctx        context.Context // set by Run
+	stopped    bool
+	claims     map[string]*claim
+	handshakes int // connections upgraded and not yet welcomed or refused
+	wg         sync.WaitGroup
 }
 
 // claim is a cluster's reservation by an edge instance.
@@ -177,7 +199,16 @@ func (h *Hub) Run(ctx context.Context) error {
 	}
 	h.ctx = ctx
 	h.mu.Unlock()
-	<-ctx.Done()
+	t := time.NewTicker(tokenRecheck)
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case <-t.C:
+			h.recheckTokens()
+		}
+	}
+	t.Stop()
 	h.mu.Lock()
 	h.stopped = true
 	h.mu.Unlock()
@@ -201,15 +232,33 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.mu.Lock()
 	ctx, running := h.ctx, h.ctx != nil && !h.stopped
-	if running {
+	busy := h.handshakes >= h.opts.MaxHandshakes
+	if running && !busy {
 		h.wg.Add(1)
+		h.handshakes++
 	}
 	h.mu.Unlock()
 	if !running {
 		http.Error(w, "edge hub is not running", http.StatusServiceUnavailable)
 		return
 	}
+	if busy {
+		h.metrics.handshakes.WithLabelValues("busy").Inc()
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, fmt.Sprintf("%d edges are connecting already; retry shortly", h.opts.MaxHandshakes), http.StatusServiceUnavailable)
+		return
+	}
 	defer h.wg.Done()
+	handshaking := true
+	endHandshake := func() {
+		if handshaking {
+			handshaking = false
+			h.mu.Lock()
+			h.handshakes--
+			h.mu.Unlock()
+		}
+	}
+	defer endHandshake()
 	conn := newConn()
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		Subprotocols: []string{Subprotocol},
@@ -224,19 +273,23 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	conn.ws = ws
-	h.serve(ctx, conn, r.RemoteAddr)
+	h.serve(ctx, conn, r.RemoteAddr, endHandshake)
 }
 
-// serve runs the handshake and, when it succeeds, the session.
-func (h *Hub) serve(ctx context.Context, conn *conn, remote string) {
+// serve runs the handshake and, when it succeeds, the session. It calls
+// handshakeDone once the Hello's verdict is known.
+func (h *Hub) serve(ctx context.Context, conn *conn, remote string, handshakeDone func()) {
 	log := h.opts.Logger.With("remote", remote)
 	hello, err := readHello(conn, h.opts.HelloTimeout)
 	if err != nil {
+		handshakeDone()
 		h.refuse(conn, log, err)
 		return
 	}
 	s := newSession(h, conn, hello)
-	if err := h.acquire(s); err != nil {
+	err = h.acquire(s)
+	handshakeDone()
+	if err != nil {
 		h.refuse(conn, log.With("cluster", hello.Cluster, "instance", hello.Instance), err)
 		return
 	}
@@ -262,9 +315,10 @@ func (h *Hub) refuse(conn *conn, log *slog.Logger, err error) {
 	conn.closeWith(rej)
 }
 
-// readHello reads and checks the first message of a session.
+// readHello reads and checks the first message of a session, which must
+// be complete within timeout of the upgrade however its bytes trickle in.
 func readHello(conn *conn, timeout time.Duration) (*Hello, error) {
-	m, _, err := conn.read(maxHelloBytes, timeout)
+	m, _, err := conn.readFirst(maxHelloBytes, timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -357,6 +411,28 @@ func (h *Hub) acquire(s *session) error {
 		s.claim = c
 		h.mu.Unlock()
 		return nil
+	}
+}
+
+// recheckTokens ends every session whose token no longer names its
+// cluster: the tokens file was changed to remove it or to give it to
+// another cluster. The edge is refused when it reconnects with it.
+func (h *Hub) recheckTokens() {
+	h.mu.Lock()
+	sessions := make([]*session, 0, len(h.claims))
+	for _, c := range h.claims {
+		if c.active != nil {
+			sessions = append(sessions, c.active)
+		}
+	}
+	h.mu.Unlock()
+	for _, s := range sessions {
+		switch cluster, ok := h.opts.Tokens.Cluster(s.hello.Token); {
+		case !ok:
+			s.end(rejectf(ReasonUnauthorized, "the edge token was revoked"))
+		case cluster != s.cluster:
+			s.end(rejectf(ReasonUnauthorized, "the edge token now names another cluster"))
+		}
 	}
 }
 

@@ -112,7 +112,8 @@ const (
 	// ReasonGracePeriod: the cluster's last edge left recently, and only
 	// that instance may reclaim it until RetryAfter passes.
 	ReasonGracePeriod Reason = "grace_period"
-	// ReasonUnauthorized: the token is unknown or not for this cluster.
+	// ReasonUnauthorized: the token is unknown or not for this cluster,
+	// or (ending a session) was removed or now names another cluster.
 	ReasonUnauthorized Reason = "unauthorized"
 	// ReasonInvalid: a Hello or message the protocol does not allow (a
 	// bad version, an empty cluster, a delta inside a snapshot, a row the
@@ -129,6 +130,11 @@ const (
 	ReasonOversize Reason = "oversize"
 	// ReasonSequenceGap: a message whose Seq is not the previous plus one.
 	ReasonSequenceGap Reason = "sequence_gap"
+	// ReasonQuota: the edge would make the manager hold more of its
+	// cluster than the manager's quotas allow (rows, kinds, labels per
+	// row, bytes per string); the message says which. The rows already
+	// indexed stay.
+	ReasonQuota Reason = "quota"
 	// ReasonSuperseded: the same edge instance connected again, so this
 	// older session of it is closed.
 	ReasonSuperseded Reason = "superseded"
@@ -148,6 +154,7 @@ var closeCodes = map[Reason]int{
 	ReasonWrongCluster:   4006,
 	ReasonSequenceGap:    4007,
 	ReasonSuperseded:     4008,
+	ReasonQuota:          4009,
 	ReasonOversize:       int(websocket.StatusMessageTooBig),
 	ReasonShutdown:       int(websocket.StatusGoingAway),
 }
@@ -191,8 +198,11 @@ type KindState struct {
 
 // Snapshot carries complete rows of some kinds, in one or more parts. The
 // manager applies nothing until the part with Final arrives, then replaces
-// each synced kind in one index transaction, so a snapshot cut short by a
-// lost connection changes nothing.
+// every synced kind and records every kind error in one index commit
+// (index.Sink.ApplySnapshot), so a snapshot cut short by a lost connection,
+// or refused for a bad row in its last part, changes nothing, and no reader
+// sees some of its kinds applied and not others. A Full snapshot also
+// retires the kinds the cluster had that it no longer lists.
 //
 // Parts of one snapshot share ID, count Part up from 0, and are sent with
 // nothing in between. Part 0 carries Kinds (and Metadata); Rows may be

@@ -67,7 +67,8 @@ type pendingSnapshot struct {
 	order    []kindID
 	metadata map[string]string
 	rows     map[kindID][]index.Object
-	bytes    int
+	nrows    int
+	bytes    int // what the decoded rows cost to hold (Quotas.checkRow)
 }
 
 func newSession(h *Hub, conn *conn, hello *Hello) *session {
@@ -226,17 +227,19 @@ func (s *session) apply(ctx context.Context, m *Message) error {
 	return rejectf(ReasonInvalid, "an edge may not send %s messages", m.Type)
 }
 
-// decodeRow decodes one row and checks that it belongs to the session's
-// cluster.
-func (s *session) decodeRow(raw json.RawMessage) (index.Object, error) {
+// decodeRow decodes one row, checks that it belongs to the session's
+// cluster and holds it to the per-row quotas; it returns what the row
+// costs to hold.
+func (s *session) decodeRow(raw json.RawMessage) (index.Object, int, error) {
 	var o index.Object
 	if err := json.Unmarshal(raw, &o); err != nil {
-		return o, rejectf(ReasonMalformed, "row is not an object row: %v", err)
+		return o, 0, rejectf(ReasonMalformed, "row is not an object row: %v", err)
 	}
 	if o.Cluster != s.cluster {
-		return o, rejectf(ReasonWrongCluster, "row %s is of cluster %q, this session is for %q", o.Key(), o.Cluster, s.cluster)
+		return o, 0, rejectf(ReasonWrongCluster, "row %s is of cluster %q, this session is for %q", o.Key(), o.Cluster, s.cluster)
 	}
-	return o, nil
+	cost, err := s.h.opts.Quotas.checkRow(&o)
+	return o, cost, err
 }
 
 // checkKind validates a kind state from the edge.
@@ -251,6 +254,9 @@ func (s *session) applySnapshot(ctx context.Context, sn *Snapshot) error {
 	if s.snap == nil {
 		if sn.Part != 0 {
 			return rejectf(ReasonInvalid, "snapshot %d starts with part %d", sn.ID, sn.Part)
+		}
+		if q := s.h.opts.Quotas.KindsPerCluster; len(sn.Kinds) > q {
+			return quotaf("snapshot %d lists %d kinds; at most %d are allowed per cluster", sn.ID, len(sn.Kinds), q)
 		}
 		p := &pendingSnapshot{
 			id: sn.ID, next: 1, full: sn.Full, metadata: sn.Metadata,
@@ -280,13 +286,16 @@ func (s *session) applySnapshot(ctx context.Context, sn *Snapshot) error {
 	}
 	p := s.snap
 	for _, raw := range sn.Rows {
-		p.bytes += len(raw)
-		if p.bytes > s.h.opts.MaxSnapshotBytes {
-			return rejectf(ReasonOversize, "snapshot %d is over %d bytes", p.id, s.h.opts.MaxSnapshotBytes)
-		}
-		o, err := s.decodeRow(raw)
+		o, cost, err := s.decodeRow(raw)
 		if err != nil {
 			return err
+		}
+		p.bytes += cost
+		if p.bytes > s.h.opts.MaxSnapshotBytes {
+			return rejectf(ReasonOversize, "snapshot %d would hold over %d bytes of decoded rows", p.id, s.h.opts.MaxSnapshotBytes)
+		}
+		if p.nrows++; p.nrows > s.h.opts.Quotas.RowsPerCluster {
+			return quotaf("snapshot %d has over %d rows, the most a cluster may have", p.id, s.h.opts.Quotas.RowsPerCluster)
 		}
 		id := idOf(o.Group, o.Kind)
 		if ks, ok := p.kinds[id]; !ok || !ks.Synced {
@@ -301,25 +310,29 @@ func (s *session) applySnapshot(ctx context.Context, sn *Snapshot) error {
 	return s.commitSnapshot(ctx, p)
 }
 
-// commitSnapshot applies a complete snapshot: one Replace per synced kind
-// (each atomic in the index), then the kinds' errors. A full snapshot lists
-// every kind and completes the connection's sync.
+// commitSnapshot applies a complete snapshot in one index commit
+// (index.Sink.ApplySnapshot): every synced kind's rows and every kind's
+// error; a full snapshot also retires the kinds it no longer lists and
+// completes the connection's sync. The quotas on the cluster as a whole
+// are checked first, against what the index would hold afterwards.
 func (s *session) commitSnapshot(ctx context.Context, p *pendingSnapshot) error {
 	start := time.Now()
-	store := s.h.opts.Store
-	kinds := make([]clusterstate.KindStatus, 0, len(p.order))
+	if err := s.checkSnapshotQuotas(ctx, p); err != nil {
+		return err
+	}
+	kinds := make([]index.KindSnapshot, 0, len(p.order))
+	reports := make([]clusterstate.KindStatus, 0, len(p.order))
 	for _, id := range p.order {
 		ks := p.kinds[id]
-		if ks.Synced {
-			if err := store.Replace(ctx, s.cluster, ks.Kind, p.rows[id]); err != nil {
-				return sinkError(err)
-			}
+		kinds = append(kinds, index.KindSnapshot{Kind: ks.Kind, Synced: ks.Synced, Rows: p.rows[id], Err: ks.Error})
+		k := clusterstate.KindStatus{Kind: ks.Kind.GroupKind()}
+		if ks.Error != "" && ks.Failing {
+			k.Err = ks.Error
 		}
-		k, err := s.kindError(ctx, &ks)
-		if err != nil {
-			return err
-		}
-		kinds = append(kinds, k)
+		reports = append(reports, k)
+	}
+	if err := s.h.opts.Store.ApplySnapshot(ctx, s.cluster, kinds, p.full); err != nil {
+		return sinkError(err)
 	}
 	s.h.metrics.snapshotApply.Observe(time.Since(start).Seconds())
 	var md map[string]string
@@ -327,14 +340,53 @@ func (s *session) commitSnapshot(ctx context.Context, p *pendingSnapshot) error 
 		md = s.helloMetadata()
 		maps.Copy(md, p.metadata)
 	}
-	s.claim.state.Report(ctx, s.gen, clusterstate.Report{Kinds: kinds, All: p.full, Synced: p.full, Metadata: md})
+	s.claim.state.Report(ctx, s.gen, clusterstate.Report{Kinds: reports, All: p.full, Synced: p.full, Metadata: md})
 	if p.full && !s.synced {
 		s.synced = true
-		rows := 0
-		for _, r := range p.rows {
-			rows += len(r)
+		s.log.Info("edge snapshot applied", "rows", p.nrows, "kinds", len(p.kinds), "parts", p.next, "took", time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// checkSnapshotQuotas checks the rows and kinds the cluster would have
+// once p is applied: p's synced kinds with p's rows, and every other kind
+// the index holds as it is, unless p is full and does not list it.
+func (s *session) checkSnapshotQuotas(ctx context.Context, p *pendingSnapshot) error {
+	q := s.h.opts.Quotas
+	byKind, total, err := clusterCounts(ctx, s.h.opts.Store, s.cluster)
+	if err != nil {
+		return err
+	}
+	listed := map[string]KindState{}
+	for _, ks := range p.kinds {
+		listed[ks.Kind.GroupKind()] = ks
+	}
+	rows := p.nrows
+	kinds := len(p.kinds)
+	for _, k := range s.h.opts.Store.Kinds(s.cluster) {
+		gk := k.GroupKind()
+		ks, ok := listed[gk]
+		switch {
+		case ok && ks.Synced: // replaced by p's rows, counted already
+		case ok: // listed with an error: its rows stay
+			rows += byKind[gk]
+		case !p.full: // untouched
+			rows += byKind[gk]
+			kinds++
 		}
-		s.log.Info("edge snapshot applied", "rows", rows, "kinds", len(p.kinds), "parts", p.next, "took", time.Since(start).Round(time.Millisecond))
+		delete(byKind, gk)
+	}
+	if !p.full {
+		for _, n := range byKind { // rows of kinds with no kind record (upserted by deltas)
+			rows += n
+		}
+	}
+	_ = total
+	if kinds > q.KindsPerCluster {
+		return quotaf("cluster %q would have %d kinds; at most %d are allowed", s.cluster, kinds, q.KindsPerCluster)
+	}
+	if rows > q.RowsPerCluster {
+		return quotaf("cluster %q would have %d rows; at most %d are allowed", s.cluster, rows, q.RowsPerCluster)
 	}
 	return nil
 }
@@ -371,7 +423,7 @@ func (s *session) applyDelta(ctx context.Context, d *Delta) error {
 	}
 	rows := make([]index.Object, 0, len(d.Upserts))
 	for _, raw := range d.Upserts {
-		o, err := s.decodeRow(raw)
+		o, _, err := s.decodeRow(raw)
 		if err != nil {
 			return err
 		}
@@ -389,6 +441,9 @@ func (s *session) applyDelta(ctx context.Context, d *Delta) error {
 		if d.Kinds[i].Synced || d.Kinds[i].Error == "" {
 			return rejectf(ReasonInvalid, "a delta may only report kind errors; kind %s is sent as a snapshot", d.Kinds[i].Kind.GroupKind())
 		}
+	}
+	if err := s.checkDeltaQuotas(ctx, rows); err != nil {
+		return err
 	}
 	store := s.h.opts.Store
 	if len(rows) > 0 {
@@ -411,6 +466,49 @@ func (s *session) applyDelta(ctx context.Context, d *Delta) error {
 	}
 	if len(kinds) > 0 {
 		s.claim.state.Report(ctx, s.gen, clusterstate.Report{Kinds: kinds})
+	}
+	return nil
+}
+
+// checkDeltaQuotas checks the rows and kinds the cluster would have once
+// a delta's upserts are applied: its rows now, plus the upserted rows that
+// are new (RBAC rows, which the index does not look up one by one, all
+// count as new), and its kinds plus any the rows bring.
+func (s *session) checkDeltaQuotas(ctx context.Context, rows []index.Object) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	q := s.h.opts.Quotas
+	st := s.h.opts.Store
+	kinds := map[string]bool{}
+	for _, k := range st.Kinds(s.cluster) {
+		kinds[k.GroupKind()] = true
+	}
+	known := len(kinds)
+	added := 0
+	for i := range rows {
+		o := &rows[i]
+		if gk := (index.Kind{Group: o.Group, Kind: o.Kind}).GroupKind(); !kinds[gk] {
+			kinds[gk] = true
+		}
+		if o.Group == index.RBACGroup {
+			added++
+		} else if _, ok := st.Get(o.Key()); !ok {
+			added++
+		}
+	}
+	if len(kinds) > q.KindsPerCluster && len(kinds) > known {
+		return quotaf("cluster %q would have %d kinds; at most %d are allowed", s.cluster, len(kinds), q.KindsPerCluster)
+	}
+	if added == 0 {
+		return nil
+	}
+	_, total, err := clusterCounts(ctx, st, s.cluster)
+	if err != nil {
+		return err
+	}
+	if total+added > q.RowsPerCluster {
+		return quotaf("cluster %q would have %d rows; at most %d are allowed", s.cluster, total+added, q.RowsPerCluster)
 	}
 	return nil
 }

@@ -7,10 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fleetgraph/fleetgraph/internal/filewatch"
 )
 
 // Tokens decides which cluster a Hello's token may claim.
@@ -78,22 +79,23 @@ func ParseTokens(data []byte) (map[string]string, error) {
 }
 
 // TokenFile is Tokens read from a file in the ParseTokens format. It
-// re-reads the file when its modification time or size changes, checked
-// at most once per tokenFileCheck, so tokens can be added and rotated
-// without a restart. A file that stops parsing keeps the last good table,
-// and the error is logged.
+// re-reads the file when a lookup finds it unchecked for tokenFileCheck and
+// its content has changed (internal/filewatch compares digests, so a
+// rewrite within one modification-time tick or a Secret's symlink swap is
+// seen), so tokens can be added, rotated and removed without a restart.
+// The Hub looks its sessions' tokens up every second, so a removed token
+// ends its session within a few seconds. A file that stops parsing keeps
+// the last good table, and the error is logged.
 type TokenFile struct {
-	path   string
 	logger *slog.Logger
 
 	mu      sync.Mutex
+	file    *filewatch.File
 	tokens  *StaticTokens
-	mod     time.Time
-	size    int64
 	checked time.Time
 }
 
-// tokenFileCheck bounds how often a TokenFile stats its file: Hellos can
+// tokenFileCheck bounds how often a TokenFile reads its file: Hellos can
 // arrive in bursts when a manager restarts and every edge reconnects.
 const tokenFileCheck = time.Second
 
@@ -103,54 +105,46 @@ func LoadTokenFile(path string, logger *slog.Logger) (*TokenFile, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	f := &TokenFile{path: path, logger: logger}
-	if err := f.Reload(); err != nil {
+	f := &TokenFile{logger: logger}
+	f.file = filewatch.New(path, f.load)
+	if err := f.file.Load(); err != nil {
+		if !errors.Is(err, ErrTokenFile) {
+			err = fmt.Errorf("%w: %w", ErrTokenFile, err)
+		}
 		return nil, err
 	}
+	f.checked = time.Now()
 	return f, nil
+}
+
+// load parses a new content; f.mu is held (by Reload or Cluster), or f is
+// not shared yet.
+func (f *TokenFile) load(content []byte) error {
+	tokens, err := ParseTokens(content)
+	if err != nil {
+		return fmt.Errorf("%s: %w", f.file.Path(), err)
+	}
+	f.tokens = NewStaticTokens(tokens)
+	return nil
 }
 
 // Reload reads the file now.
 func (f *TokenFile) Reload() error {
-	st, err := os.Stat(f.path)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrTokenFile, err)
-	}
-	data, err := os.ReadFile(f.path)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrTokenFile, err)
-	}
-	tokens, err := ParseTokens(data)
-	if err != nil {
-		return fmt.Errorf("%s: %w", f.path, err)
-	}
 	f.mu.Lock()
-	f.tokens, f.mod, f.size, f.checked = NewStaticTokens(tokens), st.ModTime(), st.Size(), time.Now()
-	f.mu.Unlock()
-	return nil
+	defer f.mu.Unlock()
+	f.checked = time.Now()
+	return f.file.Load()
 }
 
 // Cluster implements Tokens.
 func (f *TokenFile) Cluster(token string) (string, bool) {
 	f.mu.Lock()
-	stale := time.Since(f.checked) >= tokenFileCheck
-	if stale {
+	if time.Since(f.checked) >= tokenFileCheck {
 		f.checked = time.Now()
-	}
-	f.mu.Unlock()
-	if stale {
-		if st, err := os.Stat(f.path); err == nil {
-			f.mu.Lock()
-			changed := !st.ModTime().Equal(f.mod) || st.Size() != f.size
-			f.mu.Unlock()
-			if changed {
-				if err := f.Reload(); err != nil {
-					f.logger.Error("edge tokens file not reloaded; keeping the previous tokens", "err", err)
-				}
-			}
+		if err := f.file.Load(); err != nil {
+			f.logger.Error("edge tokens file not reloaded; keeping the previous tokens", "err", err)
 		}
 	}
-	f.mu.Lock()
 	t := f.tokens
 	f.mu.Unlock()
 	return t.Cluster(token)

@@ -78,6 +78,31 @@ func (c *conn) read(limit int, wait time.Duration) (*Message, int, error) {
 	defer alive.Stop()
 	reset := func() { alive.Reset(wait) }
 	c.setHeard(reset)
+	return c.readMessage(ctx, limit, reset)
+}
+
+// readFirst reads the first message of a session, which must be complete
+// within d: unlike read, neither pongs nor bytes move the deadline, so a
+// peer that has not authenticated cannot hold the connection by trickling
+// its Hello.
+func (c *conn) readFirst(limit int, d time.Duration) (*Message, int, error) {
+	ctx, cancel := context.WithCancelCause(c.ctx)
+	defer cancel(nil)
+	deadline := time.AfterFunc(d, func() { cancel(errHelloTimeout(d)) })
+	defer deadline.Stop()
+	return c.readMessage(ctx, limit, func() {})
+}
+
+// errHelloTimeout ends the first read of a session that took too long.
+type errHelloTimeout time.Duration
+
+func (e errHelloTimeout) Error() string {
+	return fmt.Sprintf("no complete hello within %s of the upgrade", time.Duration(e))
+}
+
+// readMessage reads one message under ctx, calling progress as its bytes
+// arrive.
+func (c *conn) readMessage(ctx context.Context, limit int, progress func()) (*Message, int, error) {
 	// Our own limit below is the one that can say why; this one only
 	// stops coder from reading past it.
 	c.ws.SetReadLimit(int64(limit) + 1)
@@ -89,7 +114,7 @@ func (c *conn) read(limit int, wait time.Duration) (*Message, int, error) {
 	if typ != websocket.MessageText {
 		return nil, 0, rejectf(ReasonMalformed, "binary frame; messages are JSON text")
 	}
-	data, err := io.ReadAll(io.LimitReader(&progressReader{r: r, progress: reset}, int64(limit)+1))
+	data, err := io.ReadAll(io.LimitReader(&progressReader{r: r, progress: progress}, int64(limit)+1))
 	if err != nil {
 		return nil, len(data), readError(ctx, err)
 	}
@@ -112,6 +137,10 @@ func readError(ctx context.Context, err error) error {
 	var silent errSilent
 	if errors.As(context.Cause(ctx), &silent) {
 		return fmt.Errorf("read: %w", silent)
+	}
+	var late errHelloTimeout
+	if errors.As(context.Cause(ctx), &late) {
+		return rejectf(ReasonInvalid, "%s", late.Error())
 	}
 	return fmt.Errorf("read: %w", err)
 }

@@ -1,0 +1,162 @@
+package edge
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+
+	"github.com/fleetgraph/fleetgraph/index"
+)
+
+// Quotas bound what one edge may make the manager hold for its cluster. An
+// edge is trusted for its own cluster's state, not for its size: past a
+// quota the session ends with ReasonQuota, saying which, and the rows
+// already in the index stay as they were (the edge reconnects, and keeps
+// failing until its cluster fits or the operator raises the quota). Zero
+// fields take the defaults below.
+type Quotas struct {
+	// RowsPerCluster bounds the rows (objects and RBAC rows) the cluster
+	// would have in the index once a snapshot or a delta is applied.
+	RowsPerCluster int
+	// KindsPerCluster bounds the kinds the cluster has in the index.
+	KindsPerCluster int
+	// LabelsPerRow bounds the labels of one row.
+	LabelsPerRow int
+	// StringBytes bounds each string of a row: name, namespace, uid,
+	// message, label key and value, owner references, the summary (as
+	// JSON) and every string of an RBAC rule or subject.
+	StringBytes int
+}
+
+// The default quotas. Half a million rows is several times the largest
+// clusters seen (about 50,000 objects of the collected kinds), and with
+// the snapshot bound (DefaultMaxSnapshotBytes, counted decoded) about what
+// one snapshot can carry anyway. A cluster with every Istio and Flux kind
+// has a few dozen kinds; 512 leaves room for ExtraKinds. Kubernetes limits
+// names to 253 bytes and label values to 63, and objects rarely carry more
+// than a few dozen labels; a condition message can be a few KiB.
+const (
+	DefaultRowsPerCluster  = 500_000
+	DefaultKindsPerCluster = 512
+	DefaultLabelsPerRow    = 128
+	DefaultStringBytes     = 16 << 10
+)
+
+func (q *Quotas) setDefaults() {
+	if q.RowsPerCluster <= 0 {
+		q.RowsPerCluster = DefaultRowsPerCluster
+	}
+	if q.KindsPerCluster <= 0 {
+		q.KindsPerCluster = DefaultKindsPerCluster
+	}
+	if q.LabelsPerRow <= 0 {
+		q.LabelsPerRow = DefaultLabelsPerRow
+	}
+	if q.StringBytes <= 0 {
+		q.StringBytes = DefaultStringBytes
+	}
+}
+
+// Store is what a Hub needs of the index: every write (index.Sink), and
+// the reads that hold an edge to its quotas. *index.Store implements it.
+type Store interface {
+	index.Sink
+	// Kinds lists the kinds a cluster has.
+	Kinds(cluster string) []index.Kind
+	// Get reads one row, to tell a delta's new rows from changed ones.
+	Get(k index.Key) (*index.Object, bool)
+	// Facets counts a cluster's object rows by kind (from pre-aggregated
+	// counts), and PolicyRows its RBAC rows.
+	Facets(ctx context.Context, f index.Filter, a *index.Access) (*index.Facets, error)
+	PolicyRows(cluster string) map[string]int
+}
+
+// quotaf is the error that ends a session over a quota.
+func quotaf(format string, args ...any) *RejectError {
+	return rejectf(ReasonQuota, format, args...)
+}
+
+// checkRow holds one row to the per-row quotas and returns what it costs
+// to hold decoded: the Object and every byte it points to, which is what
+// the snapshot bound counts (the JSON it came in can be much smaller, for
+// example many empty labels).
+func (q *Quotas) checkRow(o *index.Object) (int, error) {
+	if len(o.Labels) > q.LabelsPerRow {
+		return 0, quotaf("row %s has %d labels; at most %d are allowed", o.Key(), len(o.Labels), q.LabelsPerRow)
+	}
+	cost := int(unsafe.Sizeof(*o))
+	var over string
+	str := func(what, s string) {
+		if len(s) > q.StringBytes && over == "" {
+			over = fmt.Sprintf("%s is %d bytes", what, len(s))
+		}
+		cost += len(s)
+	}
+	for _, f := range []struct{ what, s string }{
+		{"name", o.Name},
+		{"namespace", o.Namespace},
+		{"group", o.Group},
+		{"version", o.Version},
+		{"kind", o.Kind},
+		{"resource", o.Resource},
+		{"uid", o.UID},
+		{"resourceVersion", o.ResourceVersion},
+		{"message", o.Message},
+		{"summary", string(o.Summary)},
+	} {
+		str(f.what, f.s)
+	}
+	const mapEntry = 2 * int(unsafe.Sizeof("")) // a label's two string headers, before the map's own overhead
+	for k, v := range o.Labels {
+		str("a label key", k)
+		str("the value of label "+k, v)
+		cost += mapEntry + 16
+	}
+	for _, r := range o.OwnerRefs {
+		str("an owner reference", r.Kind)
+		str("an owner reference", r.Name)
+		cost += int(unsafe.Sizeof(r))
+	}
+	if p := o.Policy; p != nil {
+		cost += int(unsafe.Sizeof(*p))
+		for _, r := range p.Rules {
+			cost += int(unsafe.Sizeof(r))
+			for _, list := range [][]string{r.Verbs, r.APIGroups, r.Resources, r.ResourceNames, r.NonResourceURLs} {
+				for _, s := range list {
+					str("a policy rule entry", s)
+					cost += int(unsafe.Sizeof(s))
+				}
+			}
+		}
+		for _, s := range p.Subjects {
+			str("a subject", s.Name)
+			str("a subject", s.Namespace)
+			cost += int(unsafe.Sizeof(s))
+		}
+		str("the role reference", p.RoleRef.Name)
+	}
+	if over != "" {
+		return 0, quotaf("row %s: %s; at most %d are allowed per string", o.Key(), over, q.StringBytes)
+	}
+	return cost, nil
+}
+
+// clusterCounts reads how many rows the index holds for a cluster, by
+// kind (as index.Kind.GroupKind names them) and in total: objects from the
+// index's counts, RBAC rows by walking them.
+func clusterCounts(ctx context.Context, st Store, cluster string) (map[string]int, int, error) {
+	f, err := st.Facets(ctx, index.Filter{Clusters: []string{cluster}}, &index.Access{All: true})
+	if err != nil {
+		return nil, 0, fmt.Errorf("counting the rows of cluster %q: %w", cluster, err)
+	}
+	byKind := make(map[string]int, len(f.Kinds)+4)
+	total := f.Total
+	for _, k := range f.Kinds {
+		byKind[k.Value] = k.Count
+	}
+	for kind, n := range st.PolicyRows(cluster) {
+		byKind[index.Kind{Group: index.RBACGroup, Kind: kind}.GroupKind()] = n
+		total += n
+	}
+	return byKind, total, nil
+}
