@@ -6,6 +6,7 @@
 //	fleetbench scale [flags]       the index at 10M objects (1,000 clusters)
 //	fleetbench collector [flags]   first full sync of a real cluster of 50,000+ objects
 //	fleetbench compare [flags]     fleetgraph beside PostgreSQL, SQLite and Redis on the same fleet
+//	fleetbench fleet [flags]       the real collector against 10, 50 and 200 simulated leaf clusters
 package main
 
 import (
@@ -33,9 +34,12 @@ func run(ctx context.Context, args []string) error {
 		"collector": runCollector,
 		"compare":   runCompare,
 		"scale":     runScale,
+		"fleet":     runFleet,
+		// fleet-server is the load generator fleet starts; not for direct use.
+		"fleet-server": runFleetServer,
 	}
 	if len(args) == 0 || commands[args[0]] == nil {
-		return fmt.Errorf("usage: fleetbench index|scale|collector|compare [flags]")
+		return fmt.Errorf("usage: fleetbench index|scale|collector|compare|fleet [flags]")
 	}
 	return commands[args[0]](ctx, args[1:])
 }
