@@ -19,6 +19,15 @@ import (
 // rowStore is the reflector's store: it normalizes each object into a row
 // and writes it straight into the sink. It keeps nothing, so full objects
 // live only while one is being decoded and normalized.
+//
+// It is also a cache.TransformingStore. A reflector using WatchList (the
+// default since client-go 0.35) collects a full listing in a temporary
+// store before calling Replace, and passes each object through the
+// transformer first: the temporary store then holds rows, not the decoded
+// objects. Measured with fleetbench fleet (50 simulated clusters of 5,560
+// objects syncing at once), holding the decoded objects took the
+// collector's RSS past 2.5 GiB, and its garbage collector kept the process
+// so busy that HTTP/2 pings went unanswered and connections were dropped.
 type rowStore struct {
 	ctx     context.Context
 	run     *Run
@@ -26,7 +35,29 @@ type rowStore struct {
 	kind    index.Kind
 }
 
-var _ cache.ReflectorStore = (*rowStore)(nil)
+var _ cache.TransformingStore = (*rowStore)(nil)
+
+// normalizedObject is an object already turned into its row by the
+// transformer; keep is false for objects the namespace filter drops.
+type normalizedObject struct {
+	row  index.Object
+	keep bool
+}
+
+// Transformer normalizes objects as the reflector's temporary store
+// receives them.
+func (s *rowStore) Transformer() cache.TransformFunc {
+	return func(obj any) (any, error) {
+		if _, ok := obj.(*normalizedObject); ok {
+			return obj, nil
+		}
+		row, keep, err := s.row(obj)
+		if err != nil {
+			return nil, err
+		}
+		return &normalizedObject{row: row, keep: keep}, nil
+	}
+}
 
 func (s *rowStore) Add(obj any) error    { return s.upsert(obj) }
 func (s *rowStore) Update(obj any) error { return s.upsert(obj) }
@@ -76,6 +107,9 @@ func (s *rowStore) Replace(list []any, _ string) error {
 // row normalizes an object. It returns false for objects the namespace
 // filter drops.
 func (s *rowStore) row(obj any) (index.Object, bool, error) {
+	if n, ok := obj.(*normalizedObject); ok {
+		return n.row, n.keep, nil
+	}
 	ro, ok := obj.(runtime.Object)
 	if !ok {
 		return index.Object{}, false, fmt.Errorf("%s: unexpected %T", s.kind.GroupKind(), obj)
