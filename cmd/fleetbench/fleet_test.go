@@ -115,14 +115,14 @@ func TestFleetServerProtocol(t *testing.T) {
 	typedPods := func(cfg *rest.Config) cache.ListerWatcher {
 		p := kubernetes.NewForConfigOrDie(cfg).CoreV1().Pods(metav1.NamespaceAll)
 		return &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return p.List(ctx, o) },
+			ListWithContextFunc:  func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return p.List(ctx, o) },
 			WatchFuncWithContext: p.Watch,
 		}
 	}
 	dynamicKS := func(cfg *rest.Config) cache.ListerWatcher {
 		r := dynamic.NewForConfigOrDie(cfg).Resource(schema.GroupVersionResource{Group: ks.Group, Version: ks.Version, Resource: ks.Resource})
 		return &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return r.List(ctx, o) },
+			ListWithContextFunc:  func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return r.List(ctx, o) },
 			WatchFuncWithContext: r.Watch,
 		}
 	}
