@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,6 +36,7 @@ type fleetOptions struct {
 	window  time.Duration
 	verbose bool
 	profile string
+	heap    string
 }
 
 // runFleet is fleetbench fleet: the real collector (connection.Manager, as
@@ -72,6 +74,7 @@ func runFleet(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.window, "window", 60*time.Second, "steady-state measurement window (the collector relists every kind every 30 s, so keep it a multiple)")
 	fs.BoolVar(&o.verbose, "v", false, "log progress to stderr")
 	fs.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of the steady-state window to this file")
+	fs.StringVar(&o.heap, "memprofile", "", "write a heap profile at the end of the window to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -244,6 +247,9 @@ func fleetOnce(ctx context.Context, n int, o fleetOptions) (fleetResult, error) 
 	cpuB, tB := measure.CPUTime(), time.Now()
 	stopProfile()
 	rss, peak, rerr := procRSS(os.Getpid())
+	if o.heap != "" {
+		rerr = errors.Join(rerr, writeHeapProfile(o.heap))
+	}
 	stopSub()
 	ds := <-lats
 	if err := errors.Join(werr, rerr); err != nil {
@@ -396,6 +402,15 @@ func indexDigest(ctx context.Context, store *index.Store, cluster string) (uint6
 		}
 		q.After = p.Edges[len(p.Edges)-1].Cursor
 	}
+}
+
+// writeHeapProfile writes the heap profile (in-use and allocated space).
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	return errors.Join(pprof.Lookup("heap").WriteTo(f, 0), f.Close())
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
