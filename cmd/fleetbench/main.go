@@ -7,6 +7,7 @@
 //	fleetbench collector [flags]   first full sync of a real cluster of 50,000+ objects
 //	fleetbench compare [flags]     fleetgraph beside PostgreSQL, SQLite and Redis on the same fleet
 //	fleetbench fleet [flags]       the real collector against 10, 50 and 200 simulated leaf clusters
+//	fleetbench edge [flags]        a real edge pushing 50,000 objects to a real manager
 package main
 
 import (
@@ -35,11 +36,12 @@ func run(ctx context.Context, args []string) error {
 		"compare":   runCompare,
 		"scale":     runScale,
 		"fleet":     runFleet,
+		"edge":      runEdge,
 		// fleet-server is the load generator fleet starts; not for direct use.
 		"fleet-server": runFleetServer,
 	}
 	if len(args) == 0 || commands[args[0]] == nil {
-		return fmt.Errorf("usage: fleetbench index|scale|collector|compare|fleet [flags]")
+		return fmt.Errorf("usage: fleetbench index|scale|collector|compare|fleet|edge [flags]")
 	}
 	return commands[args[0]](ctx, args[1:])
 }
