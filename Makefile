@@ -44,7 +44,7 @@ CHROMIUM := /usr/bin/chromium
 TESTENV_SRC := $(shell find testenv -name '*.go' -not -path '*/rbacdiff/*') testenv/go.mod testenv/go.sum Makefile
 
 .PHONY: all build test test-unit test-root test-testenv test-fleetbench test-chart chart-rbac helm image lint-dockerfile test-fuzz check-generated lint demo testenv crds \
-	bench-index bench-scale bench-authz bench-collector bench-graph bench-ui bench-compare bench-servers test-rbac-full test-conformance clean
+	bench-index bench-scale bench-authz bench-collector bench-fleet bench-edge bench-graph bench-ui bench-compare bench-servers test-rbac-full test-conformance clean
 
 all: build
 
@@ -217,6 +217,17 @@ test-rbac-full:
 ## bench-collector: first full sync of a real cluster holding 50,000+ objects
 bench-collector: testenv
 	cd cmd/fleetbench && $(GO) run . collector -v
+
+## bench-fleet: the real collector against 10, 50 and 200 simulated leaf clusters (a load
+## generator process serving list/watch over HTTPS) at 1,000 changes/s across the fleet
+bench-fleet:
+	cd cmd/fleetbench && $(GO) run . fleet -v
+
+## bench-edge: a real `fleetgraph edge` pushing a control plane of 50,000 objects to a real
+## `fleetgraph serve`; snapshot apply time, wire bytes per object, delta latency (medians of 3 runs)
+bench-edge: testenv
+	$(GO) build -o $(BIN)/fleetgraph ./cmd/fleetgraph
+	cd cmd/fleetbench && $(GO) run . edge -v -fleetgraph $(BIN)/fleetgraph
 
 ## bench-compare: fleetgraph beside PostgreSQL (typed columns and JSONB), SQLite and Redis
 ## at 100k and 1M objects; writes BENCHMARKS.md and docs/bench-compare.png. The servers are
