@@ -301,13 +301,27 @@ func (p *plan) run(o Order, after *sortKey, first int) ([]*objRow, bool, int) {
 		ratio = exactScanRatio
 	}
 	if o.Field == OrderName && src.est > 4*first && src.est*src.est >= ratio*first*live {
-		// Matches are plentiful enough for the walk to be cheaper. Give
-		// up (and collect) past twice the source size.
-		if rows, more, ok := p.walk(src, o, after, first, 2*src.est+first); ok {
+		// Matches are plentiful enough for the walk to be cheaper, if they
+		// are spread over the order. They need not be: names often start
+		// with their kind or app, so a kind's rows can be one stretch of
+		// the order, far from its start (on the 1M-object fleet, a page of
+		// Pods walked the half million rows named before "pod-" and took
+		// over a second). So the walk gives up, and collects, once it has
+		// cost what collecting would: never more than twice a collect.
+		if rows, more, ok := p.walk(src, o, after, first, walkBudget(src, first)); ok {
 			return rows, more, p.count(src)
 		}
 	}
 	return p.collect(src, o, after, first)
+}
+
+// walkBudget is how many items a walk visits before it gives up: what
+// collecting src would cost, in walk visits.
+func walkBudget(src source, first int) int {
+	if src.exact {
+		return src.est/exactScanRatio + first
+	}
+	return src.est + first
 }
 
 // collect scans a source: it counts every match and keeps the first rows

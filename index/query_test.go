@@ -360,6 +360,47 @@ func TestWalkExactSources(t *testing.T) {
 	}
 }
 
+// TestWalkGivesUp pages through a kind whose names all sort after every
+// other row's (names that start with their kind do that): the walk the
+// planner chooses for such a plentiful kind would visit every earlier row
+// before the first match, so it must give up within its budget and the
+// page come from a collect, still right.
+func TestWalkGivesUp(t *testing.T) {
+	s, _ := newTestStore(t)
+	var rows []Object
+	for i := range 2500 {
+		o := Object{Cluster: "c0", Namespace: "ns0", Group: flux.Group, Version: flux.Version, Kind: flux.Kind, Resource: flux.Resource,
+			Name: fmt.Sprintf("a-%04d", i), Status: StatusHealthy}
+		if i%5 < 2 {
+			o.Group, o.Version, o.Kind, o.Resource = podKind.Group, podKind.Version, podKind.Kind, podKind.Resource
+			o.Name = fmt.Sprintf("z-%04d", i)
+		}
+		rows = append(rows, o)
+	}
+	mustNoErr(t, s.UpsertBatch(ctxb, rows))
+	admin := &Access{All: true}
+	f := Filter{Kinds: []string{"Pod"}}
+	const first = 2
+	s.mu.RLock()
+	p, err := s.x.compile(s.db.Txn(false), &f, admin)
+	mustNoErr(t, err)
+	src, live := p.bestSource(), len(s.x.rows)-len(s.x.free)
+	if !src.exact || src.est != 1000 || src.est*src.est < exactScanRatio*first*live {
+		s.mu.RUnlock()
+		t.Fatalf("source exact=%v est=%d: the planner would not walk it", src.exact, src.est)
+	}
+	_, _, ok := p.walk(src, Order{Field: OrderName}, nil, first, walkBudget(src, first))
+	s.mu.RUnlock()
+	if ok {
+		t.Errorf("the walk found Pods named z-* within %d visits, past 1,500 rows named a-*", walkBudget(src, first))
+	}
+	page, err := s.Query(ctxb, Query{Filter: f, First: first, Access: admin})
+	mustNoErr(t, err)
+	if page.TotalCount != 1000 || len(page.Edges) != 2 || page.Edges[0].Object.Name != "z-0000" || page.Edges[1].Object.Name != "z-0001" {
+		t.Fatalf("page: total %d, %d edges %v", page.TotalCount, len(page.Edges), page.Edges)
+	}
+}
+
 func drainObjects(t *testing.T, s *Store) []*Object {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

@@ -32,6 +32,11 @@ func TestCompareSmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	report, chart := filepath.Join(dir, "BENCHMARKS.md"), filepath.Join(dir, "chart.png")
+	// The sections of the other benchmarks, below the marker, survive.
+	kept := keptMarker + "\n\n## 10 million objects\n\nkept\n"
+	if err := os.WriteFile(report, []byte("# old figures\n\n"+kept), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	err = runCompare(context.Background(), []string{
 		"-sizes", "10000", "-iterations", "20", "-budget", "50ms", "-churn-rate", "2000", "-churn-duration", "300ms",
 		"-dir", filepath.Join(dir, "data"), "-report", report, "-chart", chart,
@@ -42,6 +47,9 @@ func TestCompareSmall(t *testing.T) {
 	md, err := os.ReadFile(report)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !strings.HasSuffix(string(md), "\n"+kept) || strings.Contains(string(md), "# old figures") {
+		t.Errorf("the report does not end with the kept sections, or kept the old figures:\n%s", md)
 	}
 	for _, want := range []string{"## 10000 objects", "| Q6b |", "### postgres_jsonb", "### redis", "| sqlite |"} {
 		if !strings.Contains(string(md), want) {
