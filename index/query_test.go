@@ -369,8 +369,10 @@ func TestWalkGivesUp(t *testing.T) {
 	s, _ := newTestStore(t)
 	var rows []Object
 	for i := range 2500 {
-		o := Object{Cluster: "c0", Namespace: "ns0", Group: flux.Group, Version: flux.Version, Kind: flux.Kind, Resource: flux.Resource,
-			Name: fmt.Sprintf("a-%04d", i), Status: StatusHealthy}
+		o := Object{
+			Cluster: "c0", Namespace: "ns0", Group: flux.Group, Version: flux.Version, Kind: flux.Kind, Resource: flux.Resource,
+			Name: fmt.Sprintf("a-%04d", i), Status: StatusHealthy,
+		}
 		if i%5 < 2 {
 			o.Group, o.Version, o.Kind, o.Resource = podKind.Group, podKind.Version, podKind.Kind, podKind.Resource
 			o.Name = fmt.Sprintf("z-%04d", i)

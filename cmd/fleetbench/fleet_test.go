@@ -136,7 +136,7 @@ func TestFleetServerProtocol(t *testing.T) {
 		for _, tc := range cases {
 			t.Run(mode+"/"+tc.name, func(t *testing.T) {
 				lists, initial := s.lists.Load(), s.initialWatches.Load()
-				var lw cache.ListerWatcher = tc.lw(tc.cfg)
+				lw := tc.lw(tc.cfg)
 				if mode == "list-then-watch" {
 					lw = noWatchList{lw}
 				}
