@@ -115,8 +115,13 @@ func TestConvergence(t *testing.T) {
 		}
 		return nil
 	})
-	took := time.Since(burstDone)
-	t.Logf("3 clusters converged %s after the burst ended (including listing the truth)", took.Round(time.Millisecond))
+	// Each cluster's rows came to equal its truth with their last change
+	// (which may come before the other clusters' bursts ended).
+	took := -time.Hour
+	for _, c := range cs {
+		took = max(took, h.rec.LastChange(c.Name).Sub(burstDone))
+	}
+	t.Logf("3 clusters converged %s after the burst ended", took.Round(time.Millisecond))
 	if took > 2*time.Second {
 		t.Errorf("converged %s after the burst, want within 2s", took)
 	}

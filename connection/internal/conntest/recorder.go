@@ -18,17 +18,19 @@ type Transition struct {
 }
 
 // Recorder follows the index change feed, as a subscriber would, and
-// records every cluster state transition.
+// records every cluster state transition and when each cluster's rows last
+// changed.
 type Recorder struct {
-	mu     sync.Mutex
-	events []Transition
-	wake   chan struct{}
+	mu      sync.Mutex
+	events  []Transition
+	changed map[string]time.Time // cluster -> when its last object event was read
+	wake    chan struct{}
 }
 
 // NewRecorder starts recording the transitions store publishes from now
 // on; it stops when the test ends.
 func NewRecorder(t testing.TB, store *index.Store) *Recorder {
-	r := &Recorder{wake: make(chan struct{}, 1)}
+	r := &Recorder{changed: map[string]time.Time{}, wake: make(chan struct{}, 1)}
 	sub, err := store.Subscribe(store.LastSeq())
 	if err != nil {
 		t.Fatal(err)
@@ -46,6 +48,13 @@ func NewRecorder(t testing.TB, store *index.Store) *Recorder {
 			}
 			buf = evs
 			for _, e := range evs {
+				switch e.Type {
+				case index.EventAdded, index.EventModified, index.EventDeleted:
+					r.mu.Lock()
+					r.changed[e.Cluster] = time.Now()
+					r.mu.Unlock()
+					continue
+				}
 				if e.Type != index.EventCluster || (e.PreviousCluster != nil && e.PreviousCluster.State == e.ClusterRow.State) {
 					continue
 				}
@@ -84,6 +93,16 @@ func (r *Recorder) WaitFor(t testing.TB, cluster string, state index.ConnectionS
 			t.Fatalf("cluster %s: no %s transition #%d within %s; transitions: %v", cluster, state, n, timeout, r.Of(cluster))
 		}
 	}
+}
+
+// LastChange returns when the recorder read the last object event (a row
+// added, changed or deleted) of cluster from the feed: once the rows are
+// known to equal the truth, the moment they came to equal it, whenever the
+// test happened to look.
+func (r *Recorder) LastChange(cluster string) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.changed[cluster]
 }
 
 // Count returns how many transitions of cluster into state were seen.
