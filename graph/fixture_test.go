@@ -337,7 +337,22 @@ type wsClient struct {
 	t       testing.TB
 	c       *websocket.Conn
 	pending []wsMessage // read while waiting for another operation id
+	// reading is the result of the read in progress, if any. The
+	// websocket library closes the connection when a read's context
+	// ends, so a read that outlives a caller's deadline goes on in the
+	// background, and the next call takes its message: a client that
+	// waited in vain once still sees what comes later.
+	reading chan readResult
 }
+
+type readResult struct {
+	data []byte
+	err  error
+}
+
+// errReadTimeout is readTimeout's answer when nothing arrived in time; the
+// connection stays open.
+var errReadTimeout = fmt.Errorf("no websocket message within the deadline: %w", context.DeadlineExceeded)
 
 // readFor returns the next message of operation id, keeping messages of
 // other operations for later.
@@ -423,13 +438,35 @@ func (c *wsClient) read() wsMessage {
 	return m
 }
 
+// readTimeout returns the next message that is not a ping or keep-alive
+// within d, or errReadTimeout (or the connection's error). Reads happen
+// only while a caller waits (or until the message a caller gave up on
+// arrives), so a client that stops calling stops reading, as the slow
+// consumer and read deadline tests need.
 func (c *wsClient) readTimeout(d time.Duration) (wsMessage, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
 	for {
-		_, b, err := c.c.Read(ctx)
-		if err != nil {
-			return wsMessage{}, err
+		if c.reading == nil {
+			ch := make(chan readResult, 1)
+			c.reading = ch
+			go func() {
+				_, b, err := c.c.Read(context.Background())
+				ch <- readResult{b, err}
+			}()
+		}
+		var b []byte
+		select {
+		case r := <-c.reading:
+			if r.err != nil {
+				// Read fails at once from now on; keep a read in
+				// progress so that the next call gets the error too.
+				c.reading <- r
+				return wsMessage{}, r.err
+			}
+			c.reading, b = nil, r.data
+		case <-timer.C:
+			return wsMessage{}, errReadTimeout
 		}
 		var m wsMessage
 		if err := json.Unmarshal(b, &m); err != nil {

@@ -503,3 +503,24 @@ func TestCloseEndsSubscriptions(t *testing.T) {
 		_ = resp.Body.Close()
 	}
 }
+
+// TestClientSeesEventsAfterAQuietRead guards the test client itself: a
+// read that found nothing within its deadline must not blind the client
+// to what arrives later (the websocket library closes the connection when
+// a read's context ends, which once made "nothing more arrived" checks
+// after a first quiet read pass whatever the server sent).
+func TestClientSeesEventsAfterAQuietRead(t *testing.T) {
+	f := newFixture(t)
+	alice := f.connect("alice")
+	alice.subscribe("a", objectChangesSub, nil)
+	f.waitSubscribers(1)
+	alice.expectQuiet(100 * time.Millisecond)
+	upsert(t, f.store, testObject(podKind, "east", "team-a", "after-quiet", index.StatusHealthy))
+	m, err := alice.readTimeout(10 * time.Second)
+	if err != nil {
+		t.Fatalf("after a quiet read: %v", err)
+	}
+	if !strings.Contains(string(m.Payload), "after-quiet") {
+		t.Fatalf("got %+v %s", m, m.Payload)
+	}
+}
