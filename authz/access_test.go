@@ -71,13 +71,13 @@ func TestAccessSetTable(t *testing.T) {
 	namespaces := []string{"ns1", "ns2", "kube-system"}
 	names := []string{"a", "b", "ns1"}
 	objs := universe(namespaces, names)
+	// visible matches (path.Match) exactly the objects the user may see;
+	// every other object must be invisible. It is checked beside the
+	// evaluator, which is another reading of the same rules.
 	tests := []struct {
 		name    string
 		policy  policy
 		user    user.Info
-		// visible matches (path.Match) exactly the objects the user may
-		// see; every other object must be invisible. Checked beside the
-		// evaluator, which is another reading of the same rules.
 		visible []string
 	}{
 		{
@@ -150,9 +150,11 @@ func TestAccessSetTable(t *testing.T) {
 					clusterRoleBinding("b2", "all-flux", "Group:devs"),
 				},
 			},
-			user:    &user.DefaultInfo{Name: "x", Groups: []string{"devs"}},
-			// list pods of any group in ns2; get any Kustomization by name
-			visible: []string{"/pods ns2/*", "metrics.k8s.io/pods ns2/*", "kustomize.toolkit.fluxcd.io/kustomizations */*"},
+			user: &user.DefaultInfo{Name: "x", Groups: []string{"devs"}},
+			visible: []string{
+				"/pods ns2/*", "metrics.k8s.io/pods ns2/*", // list pods of any group in ns2
+				"kustomize.toolkit.fluxcd.io/kustomizations */*", // get any Kustomization by name
+			},
 		},
 		{
 			name: "subresource and non-read verbs never make objects visible",
