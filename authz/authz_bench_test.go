@@ -2,6 +2,7 @@ package authz
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -34,10 +35,11 @@ var (
 	sinkPageLen int
 )
 
-// benchFleet is the synthetic fleet Q3 runs over: 10 clusters of 2,000
-// namespaces with 10 objects each (200,000 objects).
+// benchFleet is the synthetic fleet Q3 runs over: the benchmark cluster's
+// 2,000 namespaces with 100 objects each (200,000 objects), so that Q3
+// (about 140 unhealthy Kustomizations) fills a page of 100.
 func benchFleet() indextest.Fleet {
-	return indextest.Fleet{Clusters: 10, Namespaces: benchNamespaces, PerNamespace: 10, Seed: 1}
+	return indextest.Fleet{Clusters: 1, Namespaces: benchNamespaces, PerNamespace: 100, Seed: 1}
 }
 
 func viewRules() []index.PolicyRule {
@@ -199,8 +201,8 @@ func BenchmarkLookup(b *testing.B) {
 }
 
 // q3 is the index benchmark's Q3: every UNHEALTHY Kustomization in the
-// fleet, by name, first page of 100.
-func q3(s *index.Store, acc *index.Access) (int, error) {
+// fleet, by name, first page of 100. It fails unless the page is full.
+func q3(s *index.Store, acc *index.Access) (total int, err error) {
 	p, err := s.Query(context.Background(), index.Query{
 		Filter: index.Filter{Kinds: []string{"Kustomization.kustomize.toolkit.fluxcd.io"}, Statuses: []index.Status{index.StatusUnhealthy}},
 		Order:  index.Order{Field: index.OrderName},
@@ -210,7 +212,10 @@ func q3(s *index.Store, acc *index.Access) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return len(p.Edges), nil
+	if len(p.Edges) != 100 {
+		return 0, fmt.Errorf("Q3 gave %d rows of %d matches, want a full page of 100", len(p.Edges), p.TotalCount)
+	}
+	return p.TotalCount, nil
 }
 
 func benchQ3(b *testing.B, s *index.Store, acc *index.Access) {
@@ -274,6 +279,12 @@ func BenchmarkAuthzSummary(b *testing.B) {
 		check := median(7, func() { sinkBool = warm.Access(id).Allows(benchCluster, gr, "ns-1234", "k") })
 		accMany := warm.Access(id)
 		accOne := warm.Access(NewIdentity(oneUser))
+		// Both users see the same objects: the ratio compares equal work.
+		totalMany, errMany := q3(s, accMany)
+		totalOne, errOne := q3(s, accOne)
+		if err := errors.Join(errMany, errOne); err != nil || totalMany != totalOne {
+			b.Fatalf("Q3 totals %d (4,000 bindings) and %d (one binding) differ, or %v", totalMany, totalOne, err)
+		}
 		runQ3 := func(acc *index.Access) func() {
 			return func() {
 				n, err := q3(s, acc)
@@ -285,9 +296,9 @@ func BenchmarkAuthzSummary(b *testing.B) {
 		}
 		qMany := median(7, runQ3(accMany))
 		qOne := median(7, runQ3(accOne))
-		fmt.Printf("authz: bindings=%d access_set_build_ms=%.2f lookup_ns=%.0f q_ratio_4000_vs_1=%.2f user_build_ms=%.2f policy_compile_ms=%.2f q3_4000_us=%.1f q3_1_us=%.1f check_ns=%.0f\n",
+		fmt.Printf("authz: bindings=%d access_set_build_ms=%.2f lookup_ns=%.0f q_ratio_4000_vs_1=%.2f user_build_ms=%.2f policy_compile_ms=%.2f q3_4000_us=%.1f q3_1_us=%.1f q3_rows=100 q3_total=%d check_ns=%.0f\n",
 			benchNamespaces*benchBindingsPerNS, cold/1e6, lookup, qMany/qOne, userBuild/1e6, (cold-userBuild)/1e6,
-			qMany/float64(time.Microsecond), qOne/float64(time.Microsecond), check)
+			qMany/float64(time.Microsecond), qOne/float64(time.Microsecond), totalMany, check)
 	})
 	for b.Loop() {
 	}

@@ -120,8 +120,11 @@ func TestAuthzMatchesRealClusterRBAC(t *testing.T) {
 
 	h := newHarness(t, Options{}, specFor(c))
 	h.rec.WaitFor(t, c.Name, index.StateConnected, 1, 60*time.Second)
-	// Let aggregation and the last bindings reach the index.
-	time.Sleep(2 * time.Second)
+	// Wait for aggregation, and for the index to hold the cluster's RBAC
+	// as the API server has it.
+	conntest.Eventually(t, 30*time.Second, "aggregated roles filled and RBAC in the index", func() error {
+		return rbacInIndex(ctx, c, h.store, "view", "flux-parent")
+	})
 	az := authz.NewAuthorizer(h.store, authz.Options{})
 	all := conntest.AllRows(t, h.store, c.Name)
 
@@ -217,4 +220,99 @@ func readable(t *testing.T, cfg *rest.Config, kinds []index.Kind, objs []*index.
 		}
 	}
 	return out
+}
+
+// rbacInIndex reports how the index's RBAC rows of c differ from the API
+// server's Roles, ClusterRoles and bindings, or that one of the aggregated
+// ClusterRoles has no rules yet.
+func rbacInIndex(ctx context.Context, c *testcluster.Cluster, store *index.Store, aggregated ...string) error {
+	api := c.Client().RbacV1()
+	sameRules := func(what string, want []rbacv1.PolicyRule, got *index.Role, ok bool) error {
+		if !ok {
+			return fmt.Errorf("%s is not in the index", what)
+		}
+		if len(got.Rules) != len(want) {
+			return fmt.Errorf("%s: %d rules in the index, %d in the API", what, len(got.Rules), len(want))
+		}
+		for i, w := range want {
+			g := got.Rules[i]
+			if !slices.Equal(g.Verbs, w.Verbs) || !slices.Equal(g.APIGroups, w.APIGroups) || !slices.Equal(g.Resources, w.Resources) ||
+				!slices.Equal(g.ResourceNames, w.ResourceNames) || !slices.Equal(g.NonResourceURLs, w.NonResourceURLs) {
+				return fmt.Errorf("%s: rule %d is %+v in the index, %+v in the API", what, i, g, w)
+			}
+		}
+		return nil
+	}
+	sameBinding := func(what string, ref rbacv1.RoleRef, subjects []rbacv1.Subject, got *index.Binding) error {
+		if got.RoleRef.Kind != ref.Kind || got.RoleRef.Name != ref.Name || len(got.Subjects) != len(subjects) {
+			return fmt.Errorf("%s differs in the index: %+v", what, got)
+		}
+		for i, s := range subjects {
+			if g := got.Subjects[i]; g.Kind != s.Kind || g.Name != s.Name || g.Namespace != s.Namespace {
+				return fmt.Errorf("%s: subject %d is %+v in the index, %+v in the API", what, i, g, s)
+			}
+		}
+		return nil
+	}
+	crs, err := api.ClusterRoles().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, r := range crs.Items {
+		if slices.Contains(aggregated, r.Name) && len(r.Rules) == 0 {
+			return fmt.Errorf("ClusterRole %s is not aggregated yet", r.Name)
+		}
+		got, ok := store.GetClusterRole(c.Name, r.Name)
+		if err := sameRules("ClusterRole "+r.Name, r.Rules, got, ok); err != nil {
+			return err
+		}
+	}
+	roles, err := api.Roles("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, r := range roles.Items {
+		got, ok := store.GetRole(c.Name, r.Namespace, r.Name)
+		if err := sameRules("Role "+r.Namespace+"/"+r.Name, r.Rules, got, ok); err != nil {
+			return err
+		}
+	}
+	rbs, err := api.RoleBindings("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	indexed := map[string]*index.Binding{}
+	for _, b := range store.ListRoleBindings(c.Name, "") {
+		indexed[b.Namespace+"/"+b.Name] = b
+	}
+	for _, b := range store.ListClusterRoleBindings(c.Name) {
+		indexed["/"+b.Name] = b
+	}
+	crbs, err := api.ClusterRoleBindings().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	if n := len(rbs.Items) + len(crbs.Items); n != len(indexed) {
+		return fmt.Errorf("%d bindings in the index, %d in the API", len(indexed), n)
+	}
+	for _, b := range rbs.Items {
+		key := b.Namespace + "/" + b.Name
+		got, ok := indexed[key]
+		if !ok {
+			return fmt.Errorf("RoleBinding %s is not in the index", key)
+		}
+		if err := sameBinding("RoleBinding "+key, b.RoleRef, b.Subjects, got); err != nil {
+			return err
+		}
+	}
+	for _, b := range crbs.Items {
+		got, ok := indexed["/"+b.Name]
+		if !ok {
+			return fmt.Errorf("ClusterRoleBinding %s is not in the index", b.Name)
+		}
+		if err := sameBinding("ClusterRoleBinding "+b.Name, b.RoleRef, b.Subjects, got); err != nil {
+			return err
+		}
+	}
+	return nil
 }

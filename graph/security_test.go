@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -410,8 +411,17 @@ func TestLegacyGraphQLWS(t *testing.T) {
 }
 
 // expiringAuth authenticates tokens "expiring-<user>" as that test user
-// with credentials that expire at exp, as an OIDC ID token does.
-type expiringAuth struct{ exp time.Time }
+// with credentials that expire, as an OIDC ID token does, at the time the
+// test last set with expireIn: once its fixture is ready, so that a slow
+// start-up cannot eat the window.
+type expiringAuth struct{ exp atomic.Int64 } // Unix nanoseconds
+
+// expireIn makes the credentials expire d from now and returns when.
+func (a *expiringAuth) expireIn(d time.Duration) time.Time {
+	exp := time.Now().Add(d)
+	a.exp.Store(exp.UnixNano())
+	return exp
+}
 
 type expiringUser struct {
 	user.DefaultInfo
@@ -420,12 +430,12 @@ type expiringUser struct {
 
 func (u *expiringUser) ExpiresAt() time.Time { return u.exp }
 
-func (a expiringAuth) Authenticate(_ context.Context, c authz.Credentials) (user.Info, error) {
+func (a *expiringAuth) Authenticate(_ context.Context, c authz.Credentials) (user.Info, error) {
 	name, ok := strings.CutPrefix(c.Token, "expiring-")
 	if !ok {
 		return nil, authz.ErrNotApplicable
 	}
-	return &expiringUser{DefaultInfo: user.DefaultInfo{Name: name, Groups: testUsers[name]}, exp: a.exp}, nil
+	return &expiringUser{DefaultInfo: user.DefaultInfo{Name: name, Groups: testUsers[name]}, exp: time.Unix(0, a.exp.Load())}, nil
 }
 
 // TestWebsocketClosesWhenCredentialsExpire: a websocket authenticated with
@@ -433,10 +443,11 @@ func (a expiringAuth) Authenticate(_ context.Context, c authz.Credentials) (user
 // subscriptions end; already expired credentials are refused at init; a
 // socket with credentials that do not expire stays open.
 func TestWebsocketClosesWhenCredentialsExpire(t *testing.T) {
-	exp := time.Now().Add(1500 * time.Millisecond)
+	auth := &expiringAuth{}
 	f := newFixture(t, wsOptions, func(o *Options) {
-		o.Authenticator = &authz.Union{Authenticators: []authz.Authenticator{expiringAuth{exp: exp}, o.Authenticator}}
+		o.Authenticator = &authz.Union{Authenticators: []authz.Authenticator{auth, o.Authenticator}}
 	})
+	exp := auth.expireIn(1500 * time.Millisecond)
 	init := func(c *wsClient, token string) {
 		c.send(wsMessage{Type: "connection_init", Payload: mustJSON(t, map[string]any{"Authorization": "Bearer " + token})})
 	}

@@ -296,7 +296,7 @@ func TestSSERefusesWhatWebsocketsRefuse(t *testing.T) {
 // ends with UNAUTHENTICATED when they expire, and one opened with a token
 // that is then removed from the token file ends within 5 s of the removal.
 func TestSSEEndsWhenCredentialsEnd(t *testing.T) {
-	exp := time.Now().Add(1500 * time.Millisecond)
+	auth := &expiringAuth{}
 	file := t.TempDir() + "/tokens.csv"
 	writeTokens := func(content string) { must(t, os.WriteFile(file, []byte(content), 0o600)) }
 	writeTokens("file-alice,alice,uid-alice\n")
@@ -306,8 +306,9 @@ func TestSSEEndsWhenCredentialsEnd(t *testing.T) {
 	defer cancel()
 	go tf.Run(ctx)
 	f := newFixture(t, func(o *Options) {
-		o.Authenticator = &authz.Union{Authenticators: []authz.Authenticator{expiringAuth{exp: exp}, tf, o.Authenticator}}
+		o.Authenticator = &authz.Union{Authenticators: []authz.Authenticator{auth, tf, o.Authenticator}}
 	})
+	exp := auth.expireIn(1500 * time.Millisecond)
 
 	expiring, status, body := f.openSSE("expiring-alice", fleetSub, nil, false)
 	if expiring == nil {

@@ -493,21 +493,7 @@ const minRuns = 5
 // the store holds at that point of the sequence.
 func churnUpdates(f indextest.Fleet, n int) []index.Object {
 	rnd := rand.New(rand.NewPCG(3, 4))
-	version := map[int]int{}
-	out := make([]index.Object, 0, n)
-	for len(out) < n {
-		i := rnd.IntN(f.Size())
-		cur := f.Version(i, version[i])
-		for v := version[i] + 1; ; v++ {
-			o := f.Version(i, v)
-			if o.Status != cur.Status || o.Message != cur.Message || !maps.Equal(o.Labels, cur.Labels) {
-				version[i] = v
-				out = append(out, o)
-				break
-			}
-		}
-	}
-	return out
+	return f.Changes(n, func() int { return rnd.IntN(f.Size()) })
 }
 
 // churnRun applies updates at rate per second, in 10 ms ticks, while Q3

@@ -142,17 +142,43 @@ func indexBench(ctx context.Context, mode string, args []string) error {
 	q6a.Access = fleet.NamespaceAccess(min(10, fleet.Clusters), 50)
 	q6b.Access = fleet.NamespaceAccess(100, 200)
 
+	// The answers every query must give, from the generator (q1 and q2
+	// are checked against the key they look up).
+	refStart := time.Now()
+	kust := index.GroupResource{Group: "kustomize.toolkit.fluxcd.io", Resource: "kustomizations"}
+	isQ3 := func(o *index.Object) bool { return o.Kind == "Kustomization" && o.Status == index.StatusUnhealthy }
+	ref := computeReference(fleet, q3.First, map[string]func(*index.Object) bool{
+		"q3": isQ3,
+		"q4": func(o *index.Object) bool { return o.Labels["app"] == "v0" },
+		"q6a": func(o *index.Object) bool {
+			return isQ3(o) && q6a.Access.Allows(o.Cluster, kust, o.Namespace, o.Name)
+		},
+		"q6b": func(o *index.Object) bool {
+			return isQ3(o) && q6b.Access.Allows(o.Cluster, kust, o.Namespace, o.Name)
+		},
+	})
+	logf("reference answers from the generator in %v", time.Since(refStart).Round(time.Millisecond))
+
 	type timedQuery struct {
 		name string
 		fn   func() error
 	}
-	// Every timed page must be full: 100 rows, or every match when fewer,
-	// and at least one.
-	query := func(q index.Query) func() error {
+	// Each page is checked against the reference once, row by row, before
+	// it is timed; every timed run must give the reference's page length
+	// and total.
+	query := func(name string, q index.Query) func() error {
+		p, err := s.Query(ctx, q)
+		if err == nil {
+			err = ref.checkPage(name, p)
+		}
+		if err != nil {
+			return func() error { return err }
+		}
+		rows, total := len(p.Edges), p.TotalCount
 		return func() error {
 			p, err := s.Query(ctx, q)
-			if err == nil && (p.TotalCount == 0 || len(p.Edges) != min(q.First, p.TotalCount)) {
-				err = fmt.Errorf("%d rows of %d matches", len(p.Edges), p.TotalCount)
+			if err == nil && (len(p.Edges) != rows || p.TotalCount != total) {
+				err = fmt.Errorf("%d rows of %d matches, the generator says %d of %d", len(p.Edges), p.TotalCount, rows, total)
 			}
 			return err
 		}
@@ -161,33 +187,40 @@ func indexBench(ctx context.Context, mode string, args []string) error {
 		return err
 	}
 	results := map[string]time.Duration{}
+	var q2Rows, q2Runs int
 	for _, m := range []timedQuery{
 		{"q1", func() error {
 			k := keys[rnd.IntN(len(keys))]
-			if _, ok := s.Get(k); !ok {
+			if o, ok := s.Get(k); !ok || o.Key() != k {
 				return fmt.Errorf("q1: %s not found", k)
 			}
 			return nil
 		}},
 		{"q2", func() error {
 			k := keys[rnd.IntN(len(keys))]
-			_, err := s.Query(ctx, index.Query{
+			p, err := s.Query(ctx, index.Query{
 				Filter: index.Filter{Clusters: []string{k.Cluster}, Namespaces: []string{k.Namespace}, Kinds: []string{k.Kind}},
 				First:  100, Access: admin,
 			})
-			return err
-		}},
-		{"q3", query(q3)},
-		{"q4", query(index.Query{Filter: index.Filter{LabelSelector: "app=v0"}, First: 100, Access: admin})},
-		{"q5", func() error {
-			f, err := s.Facets(ctx, index.Filter{}, admin)
-			if err == nil && f.Total != n {
-				err = fmt.Errorf("facets count %d objects of %d", f.Total, n)
+			if err == nil && !slices.ContainsFunc(p.Edges, func(e index.Edge) bool { return e.Object.Key() == k }) && p.TotalCount <= 100 {
+				err = fmt.Errorf("q2: %s is not in its namespace's page", k)
+			}
+			if err == nil {
+				q2Rows, q2Runs = q2Rows+len(p.Edges), q2Runs+1
 			}
 			return err
 		}},
-		{"q6a", query(q6a)},
-		{"q6b", query(q6b)},
+		{"q3", query("q3", q3)},
+		{"q4", query("q4", index.Query{Filter: index.Filter{LabelSelector: "app=v0"}, First: 100, Access: admin})},
+		{"q5", func() error {
+			f, err := s.Facets(ctx, index.Filter{}, admin)
+			if err == nil {
+				err = ref.checkFacets(f, n)
+			}
+			return err
+		}},
+		{"q6a", query("q6a", q6a)},
+		{"q6b", query("q6b", q6b)},
 	} {
 		cpu0 := measure.CPUTime()
 		d, p50, err := p99(*iters, m.fn)
@@ -197,6 +230,10 @@ func indexBench(ctx context.Context, mode string, args []string) error {
 		results[m.name] = d
 		logf("%s p50 %v p99 %v cpu/op %v", m.name, p50, d, (measure.CPUTime()-cpu0)/time.Duration(*iters+min(*iters/10, 100)))
 	}
+	// The result sizes go into the line beside the latencies.
+	sizes := fmt.Sprintf("q2_mean_rows=%.1f q3_rows=%d q3_total=%d q4_rows=%d q4_total=%d q6a_rows=%d q6a_total=%d q6b_rows=%d q6b_total=%d",
+		float64(q2Rows)/float64(max(q2Runs, 1)), len(ref.pages["q3"]), ref.totals["q3"], len(ref.pages["q4"]), ref.totals["q4"],
+		len(ref.pages["q6a"]), ref.totals["q6a"], len(ref.pages["q6b"]), ref.totals["q6b"])
 
 	stopProfile()
 	us := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d.Nanoseconds())/1e3) }
@@ -205,9 +242,9 @@ func indexBench(ctx context.Context, mode string, args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("scale: objects=%d heap_bytes_per_object=%.0f rss_gib=%.2f ingest_per_s=%.0f q3_p99_us=%s q4_p99_us=%s facets_p99_us=%s q6b_p99_us=%s\n",
+		fmt.Printf("scale: objects=%d heap_bytes_per_object=%.0f rss_gib=%.2f ingest_per_s=%.0f q3_p99_us=%s q4_p99_us=%s facets_p99_us=%s q6b_p99_us=%s %s\n",
 			n, float64(heap)/float64(n), float64(peak)/(1<<30), float64(n)/ingest.Seconds(),
-			us(results["q3"]), us(results["q4"]), us(results["q5"]), us(results["q6b"]))
+			us(results["q3"]), us(results["q4"]), us(results["q5"]), us(results["q6b"]), sizes)
 		runtime.KeepAlive(s)
 		return nil
 	}
@@ -215,14 +252,14 @@ func indexBench(ctx context.Context, mode string, args []string) error {
 	if *churnWriters <= 0 {
 		*churnWriters = fleet.Clusters
 	}
-	churn, err := churnQ3(ctx, s, fleet, q3, *churnRate, *churnWriters, *churnFor, *churnProfile, logf)
+	churn, churnRateReached, err := churnQ3(ctx, s, fleet, q3, *churnRate, *churnWriters, *churnFor, *churnProfile, logf)
 	if err != nil {
 		return fmt.Errorf("churn: %w", err)
 	}
-	fmt.Printf("index: objects=%d ingest_per_s=%.0f heap_bytes_per_object=%.0f q1_p99_us=%s q2_p99_us=%s q3_p99_us=%s q4_p99_us=%s q5_p99_us=%s q6a_p99_us=%s q6b_p99_us=%s churn_q3_p99_us=%s\n",
+	fmt.Printf("index: objects=%d ingest_per_s=%.0f heap_bytes_per_object=%.0f q1_p99_us=%s q2_p99_us=%s q3_p99_us=%s q4_p99_us=%s q5_p99_us=%s q6a_p99_us=%s q6b_p99_us=%s churn_q3_p99_us=%s churn_changes_per_s=%.0f %s\n",
 		n, float64(n)/ingest.Seconds(), float64(heap)/float64(n),
 		us(results["q1"]), us(results["q2"]), us(results["q3"]), us(results["q4"]), us(results["q5"]),
-		us(results["q6a"]), us(results["q6b"]), us(churn))
+		us(results["q6a"]), us(results["q6b"]), us(churn), churnRateReached, sizes)
 	runtime.KeepAlive(s)
 	return nil
 }
@@ -293,16 +330,28 @@ func p99(iters int, fn func() error) (p99, p50 time.Duration, err error) {
 // churnQ3 applies rate single-object updates per second (new versions of
 // random objects, each a real change) from writers goroutines while
 // measuring Q3 back to back, and returns Q3's p99.
-func churnQ3(ctx context.Context, s *index.Store, fleet indextest.Fleet, q index.Query, rate, writers int, d time.Duration, profile string, logf func(string, ...any)) (time.Duration, error) {
+func churnQ3(ctx context.Context, s *index.Store, fleet indextest.Fleet, q index.Query, rate, writers int, d time.Duration, profile string, logf func(string, ...any)) (time.Duration, float64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// The updates are generated before the clock starts: generating one
 	// costs several times more than applying it, and on two cores the
 	// generator would compete with the queries it is meant to disturb.
+	// Each update is a real change of the version before it (a new
+	// resource version alone would be skipped by the index as unchanged,
+	// and once made about a quarter of the updates). A writer applies the
+	// updates of its clusters in sequence order, so each one stays a
+	// change when applied.
 	rnd := rand.New(rand.NewPCG(3, 4))
-	updates := make([]index.Object, int(float64(rate)*d.Seconds()*1.5)+1000)
-	for i := range updates {
-		updates[i] = fleet.Version(rnd.IntN(fleet.Size()), i+1)
+	var picked []int
+	all := fleet.Changes(int(float64(rate)*d.Seconds()*1.5)+1000, func() int {
+		i := rnd.IntN(fleet.Size())
+		picked = append(picked, i)
+		return i
+	})
+	perWriter := make([][]index.Object, writers)
+	for j, i := range picked {
+		g := fleet.ClusterOf(i) % writers
+		perWriter[g] = append(perWriter[g], all[j])
 	}
 	// The same loop without churn first, for comparison: a window as long
 	// as the churn one holds as many garbage collections (the queries'
@@ -310,7 +359,7 @@ func churnQ3(ctx context.Context, s *index.Store, fleet indextest.Fleet, q index
 	if base, gcs, err := queryFor(ctx, s, q, d); err == nil {
 		logf("no churn: %d queries, p50 %v p90 %v p99 %v, %d GC cycles", len(base), base[len(base)/2], base[len(base)*9/10], base[len(base)*99/100], gcs)
 	} else {
-		return 0, err
+		return 0, 0, err
 	}
 	// writers goroutines share the rate, each applying single-row Upserts
 	// on a 1 ms tick, as the collector's reflectors (one per cluster and
@@ -328,7 +377,8 @@ func churnQ3(ctx context.Context, s *index.Store, fleet indextest.Fleet, q index
 			// Stagger the writers, as independent watch streams are:
 			// started in step, they all fired on the same tick.
 			credit, next := float64(g)/float64(writers), time.Now()
-			for i := g; ctx.Err() == nil && i < len(updates); {
+			updates := perWriter[g]
+			for i := 0; ctx.Err() == nil && i < len(updates); {
 				for credit += perTick; credit >= 1 && i < len(updates); credit-- {
 					if err := s.Upsert(ctx, updates[i]); err != nil {
 						if ctx.Err() == nil {
@@ -337,7 +387,7 @@ func churnQ3(ctx context.Context, s *index.Store, fleet indextest.Fleet, q index
 						return
 					}
 					applied.Add(1)
-					i += writers
+					i++
 				}
 				next = next.Add(tick)
 				if w := time.Until(next); w > 0 {
@@ -348,29 +398,35 @@ func churnQ3(ctx context.Context, s *index.Store, fleet indextest.Fleet, q index
 	}
 	stopProfile, err := startCPUProfile(profile)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer stopProfile()
 	start := time.Now()
 	cpu0 := measure.CPUTime()
+	published := s.FeedStats().Published
 	ds, gcs, err := queryFor(ctx, s, q, d)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	cancel()
 	wg.Wait()
+	took := time.Since(start)
 	close(errs)
 	if err := <-errs; err != nil {
-		return 0, err
+		return 0, 0, err
+	}
+	// Only changes count: every applied update must have been published.
+	changes := s.FeedStats().Published - published
+	if n := applied.Load(); uint64(n) != changes {
+		return 0, 0, fmt.Errorf("%d updates applied but %d changes published: the churn counted no-ops", n, changes)
 	}
 	logf("churn: %d queries, p50 %v p90 %v, process CPU %v over %v, %d GC cycles",
-		len(ds), ds[len(ds)/2], ds[len(ds)*9/10], measure.CPUTime()-cpu0, time.Since(start), gcs)
-	if got := float64(applied.Load()) / time.Since(start).Seconds(); got < 0.9*float64(rate) {
+		len(ds), ds[len(ds)/2], ds[len(ds)*9/10], measure.CPUTime()-cpu0, took, gcs)
+	perSec := float64(changes) / took.Seconds()
+	if perSec < 0.9*float64(rate) {
 		// A loaded machine cannot always keep up; say so rather than
 		// print a figure that looks like the requested rate.
-		fmt.Fprintf(os.Stderr, "fleetbench: churn reached only %.0f updates/s of %d\n", got, rate)
-	} else {
-		logf("churn applied %.0f updates/s", got)
+		fmt.Fprintf(os.Stderr, "fleetbench: churn reached only %.0f changes/s of %d\n", perSec, rate)
 	}
-	return ds[len(ds)*99/100], nil
+	return ds[len(ds)*99/100], perSec, nil
 }

@@ -7,6 +7,7 @@
 package indextest
 
 import (
+	"maps"
 	"strconv"
 	"time"
 
@@ -135,7 +136,7 @@ func (f Fleet) Object(i int) index.Object { return f.Version(i, 0) }
 // every eighth version also changes one label.
 func (f Fleet) Version(i, v int) index.Object {
 	per := f.PerNamespace
-	c, n := i/(f.Namespaces*per), (i/per)%f.Namespaces
+	c, n := f.ClusterOf(i), (i/per)%f.Namespaces
 	k := Kinds[f.KindOf(i)]
 	r := rng{s: mix(f.Seed ^ uint64(i)*0x2545f4914f6cdd1d)}
 	r.next()
@@ -307,3 +308,40 @@ func (f Fleet) NamespaceAccess(clusters, nsPerCluster int) *index.Access {
 	}
 	return a
 }
+
+// Changed reports whether b is a change of a that the index publishes:
+// its status, message or labels differ. A new resource version alone is
+// not one (the index skips such a row as unchanged), so churn drivers
+// that count updates as changes must draw them with NextChange.
+func Changed(a, b index.Object) bool {
+	return a.Status != b.Status || a.Message != b.Message || !maps.Equal(a.Labels, b.Labels)
+}
+
+// NextChange returns the first version of object i after version v that
+// is a change of version v (see Changed), and its number.
+func (f Fleet) NextChange(i, v int) (index.Object, int) {
+	cur := f.Version(i, v)
+	for w := v + 1; ; w++ {
+		if o := f.Version(i, w); Changed(cur, o) {
+			return o, w
+		}
+	}
+}
+
+// Changes returns n updates of objects drawn with pick (a number in
+// [0, Size())), each a change of the version the sequence gave that object
+// before (version 0, which Each and Object return, for the first), so that
+// applying them in order to a store holding the fleet publishes exactly n
+// changes. Updates of one object must be applied in sequence order.
+func (f Fleet) Changes(n int, pick func() int) []index.Object {
+	version := map[int]int{}
+	out := make([]index.Object, n)
+	for j := range out {
+		i := pick()
+		out[j], version[i] = f.NextChange(i, version[i])
+	}
+	return out
+}
+
+// ClusterOf returns the number of the cluster object i belongs to.
+func (f Fleet) ClusterOf(i int) int { return i / (f.Namespaces * f.PerNamespace) }
