@@ -302,28 +302,6 @@ func TestFlapping(t *testing.T) {
 	t.Logf("%d cycles: signals from older connections ignored: %v", cycles, stale)
 }
 
-func TestOneProbeLoopForManySubscribers(t *testing.T) {
-	t.Parallel()
-	c := startClusters(t, testcluster.Options{Name: "probe"})[0]
-	h := newHarness(t, Options{ProbeInterval: 200 * time.Millisecond}, specFor(c))
-	h.rec.WaitFor(t, c.Name, index.StateConnected, 1, 60*time.Second)
-
-	// 100 subscribers watch the cluster's state through the index.
-	for range 100 {
-		conntest.NewRecorder(t, h.store)
-	}
-	probes := h.mgr.metrics.probes.WithLabelValues(c.Name)
-	before := testutil.ToFloat64(probes)
-	const window = 3 * time.Second
-	time.Sleep(window)
-	n := testutil.ToFloat64(probes) - before
-	// One loop at 200ms sends 15 probes in 3s.
-	t.Logf("%v probes in %s with 100 subscribers", n, window)
-	if n < 10 || n > 20 {
-		t.Fatalf("%v probes in %s, want about 15 (one loop)", n, window)
-	}
-}
-
 func TestPartialDataWithoutFlux(t *testing.T) {
 	t.Parallel()
 	c := startClusters(t, testcluster.Options{Name: "noflux"})[0]
