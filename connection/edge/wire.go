@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -33,6 +34,15 @@ const (
 // count in the middle of a message, so a peer cannot hold a read open
 // forever with frames that decompress to nothing.
 //
+// Deadlines: coder closes the connection when the context of a read or
+// write ends, and every other goroutine's operation then fails with "use
+// of closed network connection". So a deadline of this end records why
+// (the connection's cause) before it ends its operation's context, and a
+// read or write that fails because the connection is closed reports that
+// cause: a sender racing the reader that found the peer silent, or a
+// reader whose connection a stuck write closed, says what happened (see
+// deadline).
+//
 // Concurrency: one goroutine reads (read, or close's wait for the peer);
 // writes and pings may come from any goroutine.
 type conn struct {
@@ -41,6 +51,8 @@ type conn struct {
 	abort  context.CancelFunc
 	heardM sync.Mutex
 	heard  func() // resets the current read's liveness timer between messages; nil otherwise
+	causeM sync.Mutex
+	cause  error // why a deadline of this end closed the connection; nil until one has
 }
 
 // newConn returns a conn for a websocket that accept or dial will set,
@@ -67,18 +79,78 @@ func (e errSilent) Error() string {
 	return fmt.Sprintf("nothing heard from the peer for %s", time.Duration(e))
 }
 
+// deadline bounds one operation on a conn. When it expires it records why
+// as the conn's cause and then ends ctx, which makes coder close the
+// connection; see conn.
+type deadline struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	timer  *time.Timer
+	d      time.Duration
+	why    error
+}
+
+func (c *conn) deadline(parent context.Context, d time.Duration, why error) *deadline {
+	ctx, cancel := context.WithCancelCause(parent)
+	dl := &deadline{ctx: ctx, cancel: cancel, d: d, why: why}
+	dl.timer = time.AfterFunc(d, func() {
+		c.setCause(why)
+		cancel(why)
+	})
+	return dl
+}
+
+// reset restarts the deadline's wait.
+func (dl *deadline) reset() { dl.timer.Reset(dl.d) }
+
+// expired returns why, once the deadline has expired. An operation whose
+// deadline expired has failed, even if it completed meanwhile: the
+// connection may be closing under it.
+func (dl *deadline) expired() error {
+	if context.Cause(dl.ctx) != dl.why { //nolint:errorlint // identity: this deadline's own cause, not one of the parent's
+		return nil
+	}
+	return dl.why
+}
+
+// stop releases the deadline once its operation is over.
+func (dl *deadline) stop() {
+	dl.timer.Stop()
+	dl.cancel(nil)
+}
+
+func (c *conn) setCause(err error) {
+	c.causeM.Lock()
+	defer c.causeM.Unlock()
+	if c.cause == nil {
+		c.cause = err
+	}
+}
+
+// failed returns the error of a failed op: the conn's cause when err only
+// says that the connection is closed and a deadline of this end closed it,
+// else err.
+func (c *conn) failed(op string, err error) error {
+	if errors.Is(err, net.ErrClosed) {
+		c.causeM.Lock()
+		cause := c.cause
+		c.causeM.Unlock()
+		if cause != nil {
+			return cause
+		}
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
 // read reads the next text message of at most limit bytes after
 // decompression and decodes it, failing when nothing is heard for wait.
 // Errors that a Reject can explain are *RejectError; others mean the
 // connection is gone (a silent peer's connection is closed).
 func (c *conn) read(limit int, wait time.Duration) (*Message, int, error) {
-	ctx, cancel := context.WithCancelCause(c.ctx)
-	defer cancel(nil)
-	alive := time.AfterFunc(wait, func() { cancel(errSilent(wait)) })
-	defer alive.Stop()
-	reset := func() { alive.Reset(wait) }
-	c.setHeard(reset)
-	return c.readMessage(ctx, limit, reset)
+	alive := c.deadline(c.ctx, wait, fmt.Errorf("read: %w", errSilent(wait)))
+	defer alive.stop()
+	c.setHeard(alive.reset)
+	return c.readMessage(alive, limit, alive.reset)
 }
 
 // readFirst reads the first message of a session, which must be complete
@@ -86,37 +158,34 @@ func (c *conn) read(limit int, wait time.Duration) (*Message, int, error) {
 // peer that has not authenticated cannot hold the connection by trickling
 // its Hello.
 func (c *conn) readFirst(limit int, d time.Duration) (*Message, int, error) {
-	ctx, cancel := context.WithCancelCause(c.ctx)
-	defer cancel(nil)
-	deadline := time.AfterFunc(d, func() { cancel(errHelloTimeout(d)) })
-	defer deadline.Stop()
-	return c.readMessage(ctx, limit, func() {})
+	dl := c.deadline(c.ctx, d, rejectf(ReasonInvalid, "no complete hello within %s of the upgrade", d))
+	defer dl.stop()
+	return c.readMessage(dl, limit, func() {})
 }
 
-// errHelloTimeout ends the first read of a session that took too long.
-type errHelloTimeout time.Duration
-
-func (e errHelloTimeout) Error() string {
-	return fmt.Sprintf("no complete hello within %s of the upgrade", time.Duration(e))
-}
-
-// readMessage reads one message under ctx, calling progress as its bytes
+// readMessage reads one message under dl, calling progress as its bytes
 // arrive.
-func (c *conn) readMessage(ctx context.Context, limit int, progress func()) (*Message, int, error) {
+func (c *conn) readMessage(dl *deadline, limit int, progress func()) (*Message, int, error) {
 	// Our own limit below is the one that can say why; this one only
 	// stops coder from reading past it.
 	c.ws.SetReadLimit(int64(limit) + 1)
-	typ, r, err := c.ws.Reader(ctx)
+	typ, r, err := c.ws.Reader(dl.ctx)
 	c.setHeard(nil)
+	if why := dl.expired(); why != nil {
+		return nil, 0, why
+	}
 	if err != nil {
-		return nil, 0, readError(ctx, err)
+		return nil, 0, c.failed("read", err)
 	}
 	if typ != websocket.MessageText {
 		return nil, 0, rejectf(ReasonMalformed, "binary frame; messages are JSON text")
 	}
 	data, err := io.ReadAll(io.LimitReader(&progressReader{r: r, progress: progress}, int64(limit)+1))
+	if why := dl.expired(); why != nil {
+		return nil, len(data), why
+	}
 	if err != nil {
-		return nil, len(data), readError(ctx, err)
+		return nil, len(data), c.failed("read", err)
 	}
 	if len(data) > limit {
 		return nil, len(data), rejectf(ReasonOversize, "message over %d bytes (limit after decompression)", limit)
@@ -129,20 +198,6 @@ func (c *conn) setHeard(f func()) {
 	c.heardM.Lock()
 	c.heard = f
 	c.heardM.Unlock()
-}
-
-// readError says why a read failed: the peer was silent, or the
-// connection failed or was closed.
-func readError(ctx context.Context, err error) error {
-	var silent errSilent
-	if errors.As(context.Cause(ctx), &silent) {
-		return fmt.Errorf("read: %w", silent)
-	}
-	var late errHelloTimeout
-	if errors.As(context.Cause(ctx), &late) {
-		return rejectf(ReasonInvalid, "%s", late.Error())
-	}
-	return fmt.Errorf("read: %w", err)
 }
 
 // progressReader calls progress whenever data arrives, so a large message
@@ -167,10 +222,15 @@ func (c *conn) write(m *Message) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("encode %s: %w", m.Type, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
-	defer cancel()
-	if err := c.ws.Write(ctx, websocket.MessageText, data); err != nil {
-		return 0, fmt.Errorf("write %s: %w", m.Type, err)
+	op := "write " + string(m.Type)
+	dl := c.deadline(context.Background(), writeTimeout, fmt.Errorf("%s: not written within %s", op, writeTimeout))
+	defer dl.stop()
+	err = c.ws.Write(dl.ctx, websocket.MessageText, data)
+	if why := dl.expired(); why != nil {
+		return 0, why
+	}
+	if err != nil {
+		return 0, c.failed(op, err)
 	}
 	return len(data), nil
 }

@@ -3,6 +3,7 @@ package edge
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -44,6 +45,41 @@ func TestStalledMessageEndsSession(t *testing.T) {
 	row, _ := h.store.GetCluster(nil, "edge-a")
 	if !strings.Contains(row.LastError, "nothing heard") {
 		t.Errorf("lastError %q does not say the edge went silent", row.LastError)
+	}
+}
+
+// TestSilenceIsTheCause: when the liveness rule closes a connection, a
+// write on another goroutine fails because of it and must say why, not
+// "use of closed network connection": a session keeps whichever error it
+// hears first (an agent's sender races its reader this way).
+func TestSilenceIsTheCause(t *testing.T) {
+	accepted := make(chan *conn, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := newConn()
+		ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{OnPongReceived: c.pong})
+		if err != nil {
+			return
+		}
+		c.ws = ws
+		accepted <- c
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	peer, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), nil) //nolint:bodyclose // coder closes it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = peer.CloseNow() }() // the peer never reads, so it never answers a ping
+	c := <-accepted
+	defer c.closeNow()
+
+	const wait = 50 * time.Millisecond
+	if _, _, err := c.read(DefaultMaxMessageBytes, wait); err == nil || !strings.Contains(err.Error(), "nothing heard") {
+		t.Fatalf("read from a silent peer: %v, want nothing heard", err)
+	}
+	if _, err := c.write(&Message{Type: TypeAck, Ack: &Ack{Seq: 1}}); err == nil || !strings.Contains(err.Error(), "nothing heard") {
+		t.Errorf("write after the silence closed the connection: %v, want nothing heard", err)
 	}
 }
 
