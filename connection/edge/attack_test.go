@@ -374,6 +374,17 @@ func TestHelloDeadlineAndHandshakeCap(t *testing.T) {
 	})
 
 	t.Run("handshake cap", func(t *testing.T) {
+		// The trickler saw its connection close when the Hello deadline
+		// fired; the hub frees its slot only once its read has returned,
+		// a moment later (under load, after this test's next upgrade).
+		conntest.Eventually(t, 5*time.Second, "the trickled hello's handshake ends", func() error {
+			h.hub.mu.Lock()
+			defer h.hub.mu.Unlock()
+			if h.hub.handshakes != 0 {
+				return fmt.Errorf("%d handshakes in progress", h.hub.handshakes)
+			}
+			return nil
+		})
 		for range 2 {
 			if _, _, code := upgrade(); code != http.StatusSwitchingProtocols {
 				t.Fatalf("a silent peer within the cap: %d", code)
