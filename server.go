@@ -20,6 +20,7 @@ import (
 	"github.com/fleetgraph/fleetgraph/connection/sources"
 	"github.com/fleetgraph/fleetgraph/graph"
 	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/index/memtables"
 )
 
 // DefaultShutdownTimeout bounds how long Run waits, once its context ends,
@@ -119,7 +120,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("fleetgraph: %w", err)
 	}
 
-	store := index.New()
+	store := index.New(memtables.Open)
 	copts := cfg.Connection
 	copts.Store, copts.Registry, copts.Logger, copts.Registerer = store, registry, cfg.Logger, cfg.Registry
 	copts.Namespaces, copts.ExcludeNamespaces, copts.Relist = cfg.Namespaces, cfg.ExcludeNamespaces, cfg.Relist

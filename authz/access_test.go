@@ -10,6 +10,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/index/memtables"
 )
 
 // object is one object of the test universe.
@@ -299,7 +300,7 @@ func TestAccessSetRandom(t *testing.T) {
 func TestClusterNamedGrantInIndex(t *testing.T) {
 	ctx := context.Background()
 	const cluster = "c1"
-	s := index.New()
+	s := index.New(memtables.Open)
 	podKind := index.Kind{Version: "v1", Kind: "Pod", Resource: "pods", Namespaced: true}
 	var pods []index.Object
 	for _, ns := range []string{"ns1", "ns2", "ns3"} {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/index/indextest"
+	"github.com/fleetgraph/fleetgraph/index/memtables"
 )
 
 // The benchmark scenario of issue 4: one user with 4,000 RoleBindings over
@@ -106,7 +107,7 @@ func benchPolicyRows() map[string][]index.Object {
 func loadBenchStore(tb testing.TB, withObjects bool) *index.Store {
 	tb.Helper()
 	ctx := context.Background()
-	s := index.New()
+	s := index.New(memtables.Open)
 	f := benchFleet()
 	for c := range f.Clusters {
 		for _, k := range indextest.Kinds {

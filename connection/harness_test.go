@@ -9,6 +9,7 @@ import (
 
 	"github.com/fleetgraph/fleetgraph/connection/internal/conntest"
 	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/index/memtables"
 	"github.com/fleetgraph/fleetgraph/internal/testcluster"
 )
 
@@ -29,7 +30,7 @@ func specFor(c *testcluster.Cluster) Spec {
 
 func newHarness(t *testing.T, opts Options, specs ...Spec) *harness {
 	t.Helper()
-	h := &harness{store: index.New()}
+	h := &harness{store: index.New(memtables.Open)}
 	opts.Store = h.store
 	mgr, err := NewManager(opts)
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/fleetgraph/fleetgraph/connection"
 	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/index/memtables"
 	"github.com/fleetgraph/fleetgraph/internal/testcluster"
 )
 
@@ -90,7 +91,7 @@ func startE2E(t *testing.T, opts ...func(*Options)) (*e2e, *leafClients) {
 	bindView(t, east, "ns-0", "alice")
 	bindView(t, west, "ns-1", "bob")
 
-	store := index.New()
+	store := index.New(memtables.Open)
 	mgr, err := connection.NewManager(connection.Options{Store: store, Logger: testLogger(t)})
 	must(t, err)
 	for _, c := range []*testcluster.Cluster{east, west} {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fleetgraph/fleetgraph/authz"
 	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/index/memtables"
 )
 
 // The test fleet: three clusters, each with the same RBAC roles and a few
@@ -201,7 +202,7 @@ func newFixture(t testing.TB, opt ...func(*Options)) *fixture {
 // seededStore returns a store holding the test fleet.
 func seededStore(t testing.TB, opts ...index.Option) *index.Store {
 	t.Helper()
-	store := index.New(opts...)
+	store := index.New(memtables.Open, opts...)
 	seedCluster(t, store, "east", index.StateConnected, true)
 	seedCluster(t, store, "west", index.StateConnected, true)
 	seedCluster(t, store, "north", index.StateDisconnected, false)

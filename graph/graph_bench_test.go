@@ -28,6 +28,7 @@ import (
 	"github.com/fleetgraph/fleetgraph/authz"
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/index/indextest"
+	"github.com/fleetgraph/fleetgraph/index/memtables"
 	"github.com/fleetgraph/fleetgraph/internal/measure"
 )
 
@@ -60,7 +61,7 @@ func BenchmarkGraphFleet(b *testing.B) {
 		runtime.MemProfileRate = 256
 	}
 	ctx := context.Background()
-	store := index.New()
+	store := index.New(memtables.Open)
 	start := time.Now()
 	must(b, benchIngest(ctx, store, p))
 	b.Logf("ingested %d objects and RBAC for %d viewers in %v", p.fleet.Size(), p.subscribers+1, time.Since(start))
@@ -142,7 +143,7 @@ func BenchmarkGraphFleet(b *testing.B) {
 // op is one request and its response, decoded by the client.
 func BenchmarkQueryQ3(b *testing.B) {
 	p := benchParams{fleet: indextest.Fleet{Clusters: 10, Namespaces: 1000, PerNamespace: 10, Seed: 1}}
-	store := index.New()
+	store := index.New(memtables.Open)
 	must(b, benchIngest(context.Background(), store, p))
 	st, err := authz.ParseStaticTokens(strings.NewReader("tok,viewer-q3,uid\n"), "bench tokens", authz.Naming{})
 	must(b, err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/index/memtables"
 )
 
 // TestClustersThatDisagreeOnAResource checks, through the real authorizer,
@@ -19,7 +20,7 @@ import (
 // its Services (issue 12: the counts used the first cluster's mapping).
 func TestClustersThatDisagreeOnAResource(t *testing.T) {
 	ctx := context.Background()
-	store := index.New()
+	store := index.New(memtables.Open)
 	lying := index.Kind{Version: "v1", Kind: "Service", Resource: "pods", Namespaced: true}
 	for _, c := range []string{"liar", "honest"} {
 		must(t, store.UpsertCluster(ctx, index.Cluster{Name: c, Mode: index.ModePush, State: index.StateConnected, Since: time.Now(), Synced: true}))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/index/indextest"
+	"github.com/fleetgraph/fleetgraph/index/memtables"
 )
 
 // TestUpsertBulkMatchesSerial loads the same rows into two Stores, one
@@ -21,7 +22,7 @@ func TestUpsertBulkMatchesSerial(t *testing.T) {
 	ctx := context.Background()
 	f := indextest.Fleet{Clusters: 2, Namespaces: 60, PerNamespace: 10, Seed: 3}
 	clock := func() time.Time { return time.Unix(1_800_000_000, 0) }
-	bulk, serial := index.New(index.WithClock(clock)), index.New(index.WithClock(clock))
+	bulk, serial := index.New(memtables.Open, index.WithClock(clock)), index.New(memtables.Open, index.WithClock(clock))
 	var batches [][]index.Object
 	var first []index.Object
 	for i := range f.Size() / 2 {

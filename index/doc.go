@@ -33,17 +33,20 @@
 // a reader (see fanout).
 //
 // Blocking reads and revisions have a plain API of their own (Watch,
-// WatchPolicies, PolicyRevision), so that no other package imports
-// go-memdb: authz keeps its access cache valid by polling the one channel
+// WatchPolicies, PolicyRevision), so that no other package reads the
+// database: authz keeps its access cache valid by polling the one channel
 // of WatchPolicies.
 //
 // Store is the implementation. Object rows live in purpose-built
 // structures (a row table, posting lists of small row ids, name-ordered
 // sorted runs and pre-aggregated count cells; see objIndex) because
 // go-memdb's per-row cost missed the memory and ingest goals; clusters,
-// kinds, RBAC rows and their per-cluster revisions are go-memdb tables,
-// whose watch channels back Watch (the objects revision of a cluster is
-// kept beside the object rows and has its own watch channels).
+// kinds, RBAC rows and their per-cluster revisions are tables of the
+// database that New is given (the index/tables contract; index/memtables
+// implements it with go-memdb), whose watch channels back Watch (the
+// objects revision of a cluster is kept beside the object rows and has
+// its own watch channels). The package does not import go-memdb, so that
+// graph and authz, which read the fleet through it, do not depend on it.
 // Every write is one commit that updates both under one lock and publishes
 // its events with consecutive sequence numbers; concurrent Upserts and
 // Deletes may share a commit.

@@ -6,9 +6,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/hashicorp/go-memdb"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+
+	"github.com/fleetgraph/fleetgraph/index/tables"
 )
 
 // ErrInvalidQuery is returned (wrapped) for a filter, order or cursor the
@@ -41,7 +42,7 @@ type Filter struct {
 // that built it is held.
 type plan struct {
 	x   *objIndex
-	txn *memdb.Txn
+	txn tables.Txn
 
 	empty     bool            // the filter can match nothing
 	clusters  map[uint32]bool // nil: any
@@ -68,7 +69,7 @@ type labelReq struct {
 }
 
 // compile builds the plan for f and a. It must run under the read lock.
-func (x *objIndex) compile(txn *memdb.Txn, f *Filter, a *Access) (*plan, error) {
+func (x *objIndex) compile(txn tables.Txn, f *Filter, a *Access) (*plan, error) {
 	p := &plan{x: x, txn: txn, access: a, accessAll: a != nil && a.All}
 	p.clusters = idSet(x.clusters, f.Clusters, &p.empty)
 	if f.ClusterSelector != "" {
@@ -147,7 +148,7 @@ func parseSelector(what, s string) (labels.Selector, error) {
 // clustersMatching returns the ids of the clusters whose labels sel
 // matches, among within (nil: any). Every cluster that ever had rows has
 // an id; one whose row is gone has no labels, as in Store.NewMatcher.
-func (x *objIndex) clustersMatching(txn *memdb.Txn, sel labels.Selector, within map[uint32]bool) map[uint32]bool {
+func (x *objIndex) clustersMatching(txn tables.Txn, sel labels.Selector, within map[uint32]bool) map[uint32]bool {
 	out := map[uint32]bool{}
 	for cid := range uint32(x.clusters.len()) {
 		if within != nil && !within[cid] {

@@ -8,13 +8,14 @@ import (
 
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/index/indextest"
+	"github.com/fleetgraph/fleetgraph/index/memtables"
 )
 
 // benchSink keeps benchmark results alive.
 var benchSink any
 
 var benchStore = sync.OnceValue(func() *index.Store {
-	s := index.New()
+	s := index.New(memtables.Open)
 	f := indextest.Fleet{Clusters: 10, Namespaces: 1000, PerNamespace: 10, Seed: 1}
 	if err := f.Each(1000, func(rows []index.Object) error { return s.UpsertBatch(context.Background(), rows) }); err != nil {
 		panic(err)
@@ -36,7 +37,7 @@ func BenchmarkIngest(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		s := index.New()
+		s := index.New(memtables.Open)
 		for _, rows := range batches {
 			if err := s.UpsertBatch(context.Background(), rows); err != nil {
 				b.Fatal(err)
@@ -55,7 +56,7 @@ func BenchmarkIngest(b *testing.B) {
 // to a store of its own: the query benchmarks share benchStore.
 func BenchmarkUpsertChange(b *testing.B) {
 	f := indextest.Fleet{Clusters: 10, Namespaces: 1000, PerNamespace: 10, Seed: 1}
-	s := index.New()
+	s := index.New(memtables.Open)
 	if err := f.Each(1000, func(rows []index.Object) error { return s.UpsertBatch(context.Background(), rows) }); err != nil {
 		b.Fatal(err)
 	}

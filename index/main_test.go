@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/fleetgraph/fleetgraph/index/memtables"
 )
 
 func TestMain(m *testing.M) {
@@ -38,7 +40,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 func newTestStore(t testing.TB, opts ...Option) (*Store, *fakeClock) {
 	t.Helper()
 	clk := newFakeClock()
-	return New(append([]Option{WithClock(clk.Now)}, opts...)...), clk
+	return New(memtables.Open, append([]Option{WithClock(clk.Now)}, opts...)...), clk
 }
 
 var podKind = Kind{Version: "v1", Kind: "Pod", Resource: "pods", Namespaced: true}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/hashicorp/go-memdb"
+	"github.com/fleetgraph/fleetgraph/index/tables"
 )
 
 // OrderField is what a query sorts by. The object id (its key,
@@ -518,7 +518,7 @@ func (h *topK) sorted() []*objRow {
 }
 
 // staleClusters returns the names of stale clusters.
-func staleClusters(txn *memdb.Txn) map[string]bool {
+func staleClusters(txn tables.Txn) map[string]bool {
 	it, err := txn.Get(tableClusters, indexIDPrefix, memKey(""))
 	must(err)
 	out := map[string]bool{}

@@ -2,18 +2,18 @@ package index
 
 import (
 	"fmt"
-	"unsafe"
 
-	"github.com/hashicorp/go-memdb"
+	"github.com/fleetgraph/fleetgraph/index/tables"
 )
 
 // Table names. Every table has exactly one index, "id", over a compact key
 // whose parts are terminated by "\x00"; prefix reads ("id_prefix") serve
 // every per-cluster and per-namespace scan.
 //
-// Object rows are not a memdb table: see objIndex for why. memdb holds the
-// small, watch-worthy tables (clusters, kinds, RBAC) and the per-cluster
-// revisions, whose rows give WatchSets over object changes.
+// Object rows are not a table: see objIndex for why. The tables (kept in
+// the database index/tables describes, go-memdb in production) hold the
+// small, watch-worthy rows (clusters, kinds, RBAC) and the per-cluster
+// revisions, whose rows give watches over their changes.
 const (
 	tableClusters            = "clusters"
 	tableKinds               = "kinds"
@@ -26,8 +26,8 @@ const (
 
 // Index names.
 const (
-	indexID       = "id"
-	indexIDPrefix = "id_prefix" // memdb's built-in prefix form of indexID
+	indexID       = tables.IndexID
+	indexIDPrefix = tables.IndexIDPrefix
 )
 
 // Revision scopes stored in the revisions table in addition to table names.
@@ -36,116 +36,74 @@ const (
 	revisionPolicy  = "policy"  // RBAC rows and kinds of one cluster
 )
 
-// dbSchema returns the memdb schema of the index. It panics on an invalid
-// schema: the schema is static and covered by TestSchema.
-func dbSchema() *memdb.DBSchema {
-	s := &memdb.DBSchema{Tables: map[string]*memdb.TableSchema{}}
-	for _, t := range []*memdb.TableSchema{
-		clustersTableSchema(),
-		kindsTableSchema(),
-		rolesTableSchema(),
-		clusterRolesTableSchema(),
-		roleBindingsTableSchema(),
-		clusterRoleBindingsTableSchema(),
-		revisionsTableSchema(),
-	} {
-		s.Tables[t.Name] = t
-	}
-	if err := s.Validate(); err != nil {
-		panic(fmt.Sprintf("index: invalid memdb schema: %v", err))
-	}
-	return s
-}
-
-// clustersTableSchema holds one *Cluster per fleet member, keyed name\x00.
-func clustersTableSchema() *memdb.TableSchema {
-	return &memdb.TableSchema{
-		Name: tableClusters,
-		Indexes: map[string]*memdb.IndexSchema{
-			indexID: {
-				Name:         indexID,
-				AllowMissing: false,
-				Unique:       true,
-				Indexer:      keyIndexer[*Cluster]{key: func(c *Cluster) string { return compoundKey(c.Name) }},
-			},
-		},
+// schema describes the index's tables to the database that holds them
+// (see index/tables).
+func schema() []tables.Table {
+	return []tables.Table{
+		clustersTable(),
+		kindsTable(),
+		rolesTable(),
+		clusterRolesTable(),
+		roleBindingsTable(),
+		clusterRoleBindingsTable(),
+		revisionsTable(),
 	}
 }
 
-// kindsTableSchema holds one *kindRow per (cluster, group, kind): the kinds
+// clustersTable holds one *Cluster per fleet member, keyed name\x00.
+func clustersTable() tables.Table {
+	return keyedTable(tableClusters, func(c *Cluster) string { return compoundKey(c.Name) })
+}
+
+// kindsTable holds one *kindRow per (cluster, group, kind): the kinds
 // discovered through Replace and the per-kind collection errors, keyed
 // cluster\x00group\x00kind\x00.
-func kindsTableSchema() *memdb.TableSchema {
-	return &memdb.TableSchema{
-		Name: tableKinds,
-		Indexes: map[string]*memdb.IndexSchema{
-			indexID: {
-				Name:         indexID,
-				AllowMissing: false,
-				Unique:       true,
-				Indexer: keyIndexer[*kindRow]{key: func(k *kindRow) string {
-					return compoundKey(k.Cluster, k.Kind.Group, k.Kind.Kind)
-				}},
-			},
-		},
-	}
+func kindsTable() tables.Table {
+	return keyedTable(tableKinds, func(k *kindRow) string {
+		return compoundKey(k.Cluster, k.Kind.Group, k.Kind.Kind)
+	})
 }
 
-// rolesTableSchema holds namespaced Roles as *Role, keyed
+// rolesTable holds namespaced Roles as *Role, keyed
 // cluster\x00namespace\x00name\x00.
-func rolesTableSchema() *memdb.TableSchema {
-	return policyTableSchema(tableRoles, func(r *Role) string { return compoundKey(r.Cluster, r.Namespace, r.Name) })
+func rolesTable() tables.Table {
+	return keyedTable(tableRoles, func(r *Role) string { return compoundKey(r.Cluster, r.Namespace, r.Name) })
 }
 
-// clusterRolesTableSchema holds ClusterRoles as *Role, keyed
-// cluster\x00name\x00.
-func clusterRolesTableSchema() *memdb.TableSchema {
-	return policyTableSchema(tableClusterRoles, func(r *Role) string { return compoundKey(r.Cluster, r.Name) })
+// clusterRolesTable holds ClusterRoles as *Role, keyed cluster\x00name\x00.
+func clusterRolesTable() tables.Table {
+	return keyedTable(tableClusterRoles, func(r *Role) string { return compoundKey(r.Cluster, r.Name) })
 }
 
-// roleBindingsTableSchema holds RoleBindings as *Binding, keyed
+// roleBindingsTable holds RoleBindings as *Binding, keyed
 // cluster\x00namespace\x00name\x00, so that one namespace or a whole cluster
 // is a prefix read.
-func roleBindingsTableSchema() *memdb.TableSchema {
-	return policyTableSchema(tableRoleBindings, func(b *Binding) string { return compoundKey(b.Cluster, b.Namespace, b.Name) })
+func roleBindingsTable() tables.Table {
+	return keyedTable(tableRoleBindings, func(b *Binding) string { return compoundKey(b.Cluster, b.Namespace, b.Name) })
 }
 
-// clusterRoleBindingsTableSchema holds ClusterRoleBindings as *Binding,
-// keyed cluster\x00name\x00.
-func clusterRoleBindingsTableSchema() *memdb.TableSchema {
-	return policyTableSchema(tableClusterRoleBindings, func(b *Binding) string { return compoundKey(b.Cluster, b.Name) })
+// clusterRoleBindingsTable holds ClusterRoleBindings as *Binding, keyed
+// cluster\x00name\x00.
+func clusterRoleBindingsTable() tables.Table {
+	return keyedTable(tableClusterRoleBindings, func(b *Binding) string { return compoundKey(b.Cluster, b.Name) })
 }
 
-// policyTableSchema is the shape shared by the four RBAC tables.
-func policyTableSchema[T any](name string, key func(T) string) *memdb.TableSchema {
-	return &memdb.TableSchema{
-		Name: name,
-		Indexes: map[string]*memdb.IndexSchema{
-			indexID: {
-				Name:         indexID,
-				AllowMissing: false,
-				Unique:       true,
-				Indexer:      keyIndexer[T]{key: key},
-			},
-		},
-	}
+// revisionsTable holds one *revisionRow per (scope, cluster): the sequence
+// number of the last change of that table (or of the policy scope) in that
+// cluster, keyed scope\x00cluster\x00.
+func revisionsTable() tables.Table {
+	return keyedTable(tableRevisions, func(r *revisionRow) string { return compoundKey(r.Scope, r.Cluster) })
 }
 
-// revisionsTableSchema holds one *revisionRow per (scope, cluster): the
-// sequence number of the last change of that table (or of the policy scope)
-// in that cluster, keyed scope\x00cluster\x00.
-func revisionsTableSchema() *memdb.TableSchema {
-	return &memdb.TableSchema{
-		Name: tableRevisions,
-		Indexes: map[string]*memdb.IndexSchema{
-			indexID: {
-				Name:         indexID,
-				AllowMissing: false,
-				Unique:       true,
-				Indexer:      keyIndexer[*revisionRow]{key: func(r *revisionRow) string { return compoundKey(r.Scope, r.Cluster) }},
-			},
-		},
-	}
+// keyedTable describes a table whose rows are of type T, keyed by key.
+func keyedTable[T any](name string, key func(T) string) tables.Table {
+	return tables.Table{Name: name, Key: func(raw any) (string, error) {
+		v, ok := raw.(T)
+		if !ok {
+			return "", fmt.Errorf("index: table %s got %T, want %T", name, raw, *new(T))
+		}
+		return key(v), nil
+	}}
 }
 
 // revisionRow is the last sequence number that changed a scope of a
@@ -171,7 +129,7 @@ type kindRow struct {
 // memKey is an already encoded index key ("a\x00b\x00"). Reads pass it as
 // the only argument of First, Get and the prefix forms, so callers cannot
 // mix raw strings and encoded keys.
-type memKey string
+type memKey = tables.Key
 
 // compoundKey encodes parts as part\x00part\x00..., the encoding of every
 // "id" index. Parts never contain \x00 (validated on write).
@@ -190,43 +148,4 @@ func appendKey(b []byte, parts ...string) []byte {
 		b = append(b, 0)
 	}
 	return b
-}
-
-// keyIndexer is a typed indexer over a precomputed key string. It indexes
-// values of type T and is queried with one memKey argument, either a full
-// key or (in the prefix form) a prefix of whole parts.
-type keyIndexer[T any] struct {
-	key func(T) string
-}
-
-// FromObject implements memdb.SingleIndexer. The returned slice aliases the
-// key string without copying: memdb and iradix never write into keys.
-func (k keyIndexer[T]) FromObject(raw any) (bool, []byte, error) {
-	v, ok := raw.(T)
-	if !ok {
-		return false, nil, fmt.Errorf("index: indexer got %T, want %T", raw, *new(T))
-	}
-	s := k.key(v)
-	if s == "" {
-		return false, nil, nil
-	}
-	return true, unsafe.Slice(unsafe.StringData(s), len(s)), nil
-}
-
-// FromArgs implements memdb.Indexer.
-func (k keyIndexer[T]) FromArgs(args ...any) ([]byte, error) {
-	if len(args) != 1 {
-		return nil, fmt.Errorf("index: want one memKey argument, got %d", len(args))
-	}
-	s, ok := args[0].(memKey)
-	if !ok {
-		return nil, fmt.Errorf("index: want a memKey argument, got %T", args[0])
-	}
-	return []byte(s), nil
-}
-
-// PrefixFromArgs implements memdb.PrefixIndexer; the prefix is a memKey of
-// whole parts.
-func (k keyIndexer[T]) PrefixFromArgs(args ...any) ([]byte, error) {
-	return k.FromArgs(args...)
 }

@@ -6,12 +6,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/go-memdb"
+	"github.com/fleetgraph/fleetgraph/index/tables"
 )
 
-// Store is the fleet index: an in-memory go-memdb database of objects,
-// clusters, kinds and RBAC rows, secondary indexes for queries (objIndex),
-// and a change feed.
+// Store is the fleet index: an in-memory database of clusters, kinds and
+// RBAC rows (the tables New is given: go-memdb, see index/memtables), the
+// object rows and their secondary indexes for queries (objIndex), and a
+// change feed.
 //
 // Concurrency: every write (a Sink call) takes the write lock,
 // applies the objIndex changes and, when it touches a memdb table, one
@@ -25,7 +26,7 @@ import (
 // a large UpsertBatch uses one helper goroutine while it holds the write
 // lock (see upsertBulk).
 type Store struct {
-	db    *memdb.MemDB
+	db    tables.DB // clusters, kinds, RBAC rows, revisions
 	clock func() time.Time
 
 	mu   sync.RWMutex // guards x, seq and objRev; held for writing across each commit
@@ -84,8 +85,9 @@ func WithReplayBuffer(n int) Option {
 	return func(o *options) { o.replayBuffer = n }
 }
 
-// New returns an empty Store.
-func New(opts ...Option) *Store {
+// New returns an empty Store whose tables (clusters, kinds, RBAC rows and
+// their revisions) open creates: memtables.Open in production.
+func New(open tables.Open, opts ...Option) *Store {
 	o := options{clock: time.Now, replayBuffer: DefaultReplayBuffer}
 	for _, f := range opts {
 		f(&o)
@@ -93,9 +95,9 @@ func New(opts ...Option) *Store {
 	if o.replayBuffer < 1 {
 		o.replayBuffer = 1
 	}
-	db, err := memdb.NewMemDB(dbSchema())
+	db, err := open(schema())
 	if err != nil {
-		panic(fmt.Sprintf("index: creating memdb: %v", err))
+		panic(fmt.Sprintf("index: creating the tables: %v", err))
 	}
 	s := &Store{db: db, clock: o.clock, x: newObjIndex(), objRev: map[string]uint64{}, objWatch: map[string]chan struct{}{}}
 	s.feed = newFeed(s, o.replayBuffer)
@@ -107,7 +109,7 @@ func New(opts ...Option) *Store {
 // one, the events it will publish and the revision scopes it touched.
 type writeTxn struct {
 	s       *Store
-	txn     *memdb.Txn // opened by mem
+	txn     tables.Txn // opened by mem
 	now     int64
 	seq     uint64
 	events  []*Event
@@ -120,7 +122,7 @@ type writeTxn struct {
 
 // mem returns the write's memdb transaction, opening it on first use:
 // writes of object rows only need none.
-func (w *writeTxn) mem() *memdb.Txn {
+func (w *writeTxn) mem() tables.Txn {
 	if w.txn == nil {
 		w.txn = w.s.db.Txn(true)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/fleetgraph/fleetgraph/connection"
 	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/index/memtables"
 	"github.com/fleetgraph/fleetgraph/internal/testcluster"
 )
 
@@ -76,7 +77,7 @@ func runCollector(ctx context.Context, args []string) error {
 		return err
 	}
 
-	store := index.New()
+	store := index.New(memtables.Open)
 	mgr, err := connection.NewManager(connection.Options{Store: store, Logger: logger})
 	if err != nil {
 		return err

@@ -25,6 +25,7 @@ import (
 
 	"github.com/fleetgraph/fleetgraph/connection"
 	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/index/memtables"
 	"github.com/fleetgraph/fleetgraph/internal/measure"
 )
 
@@ -181,7 +182,7 @@ func fleetOnce(ctx context.Context, n int, o fleetOptions) (fleetResult, error) 
 	logf("generator serving %s (pid %d)", gen.url, gen.pid())
 
 	listed, rbac := o.shape.objects()
-	store := index.New()
+	store := index.New(memtables.Open)
 	mgr, err := connection.NewManager(connection.Options{Store: store, Logger: logger})
 	if err != nil {
 		return fleetResult{}, err

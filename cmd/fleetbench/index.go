@@ -16,6 +16,7 @@ import (
 
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/index/indextest"
+	"github.com/fleetgraph/fleetgraph/index/memtables"
 	"github.com/fleetgraph/fleetgraph/internal/measure"
 )
 
@@ -74,7 +75,7 @@ func indexBench(ctx context.Context, mode string, args []string) error {
 		}
 	}
 
-	s := index.New()
+	s := index.New(memtables.Open)
 	heapBefore := measure.LiveHeap()
 	stopProfile, err := startCPUProfile(*cpuProfile)
 	if err != nil {

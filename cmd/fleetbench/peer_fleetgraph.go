@@ -21,6 +21,7 @@ import (
 	"github.com/fleetgraph/fleetgraph/graph"
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/index/indextest"
+	"github.com/fleetgraph/fleetgraph/index/memtables"
 	"github.com/fleetgraph/fleetgraph/internal/measure"
 )
 
@@ -39,7 +40,7 @@ type fleetgraphPeer struct {
 // newFleetgraph returns an empty store; rss0 is the process's RSS before
 // any store was loaded (see size).
 func newFleetgraph(rss0 int64, scopes ...*scope) *fleetgraphPeer {
-	return &fleetgraphPeer{s: index.New(), admin: &index.Access{All: true}, scopes: scopes, rss0: rss0}
+	return &fleetgraphPeer{s: index.New(memtables.Open), admin: &index.Access{All: true}, scopes: scopes, rss0: rss0}
 }
 
 func (p *fleetgraphPeer) name() string { return "fleetgraph" }

@@ -20,6 +20,7 @@ import (
 	"github.com/fleetgraph/fleetgraph/collector"
 	"github.com/fleetgraph/fleetgraph/connection/internal/conntest"
 	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/index/memtables"
 	"github.com/fleetgraph/fleetgraph/internal/testcluster"
 )
 
@@ -98,7 +99,7 @@ func kindNames(kinds []index.Kind) []string {
 // what the edge's manager must hold, row for row.
 func pullReference(t *testing.T, c *testcluster.Cluster, cluster string) *index.Store {
 	t.Helper()
-	store := index.New()
+	store := index.New(memtables.Open)
 	clients, err := collector.NewClients(rest.CopyConfig(c.DirectConfig))
 	if err != nil {
 		t.Fatal(err)

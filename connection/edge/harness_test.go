@@ -17,6 +17,7 @@ import (
 
 	"github.com/fleetgraph/fleetgraph/connection/internal/conntest"
 	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/index/memtables"
 	"github.com/fleetgraph/fleetgraph/internal/testcluster"
 )
 
@@ -46,7 +47,7 @@ func tokenFor(cluster string) string {
 
 func newHubHarness(t testing.TB, opts HubOptions) *hubHarness {
 	t.Helper()
-	h := &hubHarness{store: index.New()}
+	h := &hubHarness{store: index.New(memtables.Open)}
 	opts.Store = h.store
 	if opts.Tokens == nil {
 		opts.Tokens = NewStaticTokens(testTokens)

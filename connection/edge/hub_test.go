@@ -15,6 +15,7 @@ import (
 
 	"github.com/fleetgraph/fleetgraph/connection/internal/conntest"
 	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/index/memtables"
 )
 
 // TestClaims: one edge per cluster; after a disconnect only the same
@@ -459,7 +460,7 @@ func (s slowStore) UpsertBatch(ctx context.Context, rows []index.Object) error {
 // TestSlowManagerCoalesces: while the manager is slow, the edge keeps only
 // the latest state of each object and the manager ends with exactly that.
 func TestSlowManagerCoalesces(t *testing.T) {
-	store := index.New()
+	store := index.New(memtables.Open)
 	hub, err := NewHub(HubOptions{Store: slowStore{store, 50 * time.Millisecond}, Tokens: NewStaticTokens(testTokens), Window: 2})
 	if err != nil {
 		t.Fatal(err)

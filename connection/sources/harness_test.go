@@ -25,6 +25,7 @@ import (
 	"github.com/fleetgraph/fleetgraph/connection/internal/conntest"
 	"github.com/fleetgraph/fleetgraph/connection/sources"
 	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/index/memtables"
 	"github.com/fleetgraph/fleetgraph/internal/testcluster"
 )
 
@@ -245,7 +246,7 @@ type fleet struct {
 
 func runFleet(t *testing.T, srcs ...sources.Source) *fleet {
 	t.Helper()
-	f := &fleet{store: index.New()}
+	f := &fleet{store: index.New(memtables.Open)}
 	mgr, err := connection.NewManager(connection.Options{
 		Store: f.store, ProbeInterval: 500 * time.Millisecond, BackoffMax: time.Second,
 	})

@@ -7,6 +7,7 @@ import (
 
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/index/indextest"
+	"github.com/fleetgraph/fleetgraph/index/memtables"
 )
 
 // TestChangesAreChanges applies a churn sequence, with repeated objects, to
@@ -15,7 +16,7 @@ import (
 func TestChangesAreChanges(t *testing.T) {
 	ctx := context.Background()
 	f := indextest.Fleet{Clusters: 2, Namespaces: 10, PerNamespace: 10, Seed: 1}
-	s := index.New()
+	s := index.New(memtables.Open)
 	if err := f.Each(100, func(rows []index.Object) error { return s.UpsertBatch(ctx, rows) }); err != nil {
 		t.Fatal(err)
 	}

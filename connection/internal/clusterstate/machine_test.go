@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/index/memtables"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -46,7 +47,7 @@ func (r *recorder) states() []index.ConnectionState {
 
 func newMachine(t *testing.T) (*Machine, *recorder) {
 	t.Helper()
-	rec := &recorder{store: index.New()}
+	rec := &recorder{store: index.New(memtables.Open)}
 	var transitions []index.ConnectionState
 	m := New(Config{
 		Name: "c1", Labels: map[string]string{"env": "prod"}, Mode: index.ModePull, Sink: rec,

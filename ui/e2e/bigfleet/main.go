@@ -38,6 +38,7 @@ import (
 	"github.com/fleetgraph/fleetgraph/graph"
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/index/indextest"
+	"github.com/fleetgraph/fleetgraph/index/memtables"
 )
 
 func main() {
@@ -58,7 +59,7 @@ var users = map[string]string{"admin": "tok-admin", "viewer": "tok-viewer"}
 func run(runs, rounds int, script string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	store := index.New()
+	store := index.New(memtables.Open)
 	fleet := indextest.DefaultFleet()
 	start := time.Now()
 	if runs > 0 {
