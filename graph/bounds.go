@@ -106,6 +106,7 @@ type admission struct {
 	limits Limits
 	total  chan struct{} // one token per running scan
 	gauge  *prometheus.GaugeVec
+	done   *prometheus.CounterVec // admitted reads that ended
 
 	mu    sync.Mutex
 	freed map[string]chan struct{} // viewer key -> closed when one of its slots frees
@@ -119,9 +120,9 @@ const (
 	readLive = "live"
 )
 
-func newAdmission(l Limits, gauge *prometheus.GaugeVec) *admission {
+func newAdmission(l Limits, gauge *prometheus.GaugeVec, done *prometheus.CounterVec) *admission {
 	return &admission{
-		limits: l, total: make(chan struct{}, l.MaxConcurrentScans), gauge: gauge,
+		limits: l, total: make(chan struct{}, l.MaxConcurrentScans), gauge: gauge, done: done,
 		freed: map[string]chan struct{}{}, scans: map[string]int{}, live: map[string]int{},
 	}
 }
@@ -144,7 +145,7 @@ func (a *admission) scan(ctx context.Context, v *viewer) (release func(), err er
 	}
 	running := a.gauge.WithLabelValues(readScan, "running")
 	running.Inc()
-	return func() { running.Dec(); <-a.total; a.release(a.scans, key) }, nil
+	return func() { running.Dec(); a.done.WithLabelValues(readScan).Inc(); <-a.total; a.release(a.scans, key) }, nil
 }
 
 // liveRead admits one object(...) read for v.
@@ -158,7 +159,7 @@ func (a *admission) liveRead(ctx context.Context, v *viewer) (release func(), er
 	}
 	running := a.gauge.WithLabelValues(readLive, "running")
 	running.Inc()
-	return func() { running.Dec(); a.release(a.live, key) }, nil
+	return func() { running.Dec(); a.done.WithLabelValues(readLive).Inc(); a.release(a.live, key) }, nil
 }
 
 // acquire takes one of max slots of key in counts, waiting until one is

@@ -83,7 +83,7 @@ func NewHandler(opts Options) (*Handler, error) {
 	h.svc = &service{
 		store: opts.Store, authz: opts.Authorizer, authn: opts.Authenticator, leaf: opts.LeafClients,
 		adminGroups: opts.AdminGroups, allAccess: allFleet(), streams: h.streams, metrics: m, log: opts.Logger,
-		subBuffer: opts.SubscriptionBuffer, limits: opts.Limits, admission: newAdmission(opts.Limits, m.reads), epoch: binary.LittleEndian.Uint64(seed[:]), now: time.Now,
+		subBuffer: opts.SubscriptionBuffer, limits: opts.Limits, admission: newAdmission(opts.Limits, m.reads, m.readsDone), epoch: binary.LittleEndian.Uint64(seed[:]), now: time.Now,
 	}
 
 	es := generated.NewExecutableSchema(generated.Config{Resolvers: &Resolver{svc: h.svc}, Complexity: complexityRoot(opts.Limits)})

@@ -27,6 +27,7 @@ type metrics struct {
 	httpRejected  *prometheus.CounterVec
 	wsConnections prometheus.Gauge
 	reads         *prometheus.GaugeVec
+	readsDone     *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, store *index.Store) (*metrics, error) {
@@ -69,6 +70,10 @@ func newMetrics(reg prometheus.Registerer, store *index.Store) (*metrics, error)
 			Namespace: ns, Subsystem: "graphql", Name: "expensive_reads",
 			Help: "Scans (label selector, name search, an order other than name) and live object reads, running or waiting for a slot (see Limits).",
 		}, []string{"kind", "state"}),
+		readsDone: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "graphql", Name: "expensive_reads_total",
+			Help: "Scans and live object reads that ran (to their end or until stopped), by kind.",
+		}, []string{"kind"}),
 		deliveredC: map[subKind]prometheus.Counter{},
 	}
 	delivered := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -81,7 +86,7 @@ func newMetrics(reg prometheus.Registerer, store *index.Store) (*metrics, error)
 	}
 	for _, c := range []prometheus.Collector{
 		m.operations, m.latency, m.active, m.started, m.ended, delivered, newStreamCollector(store),
-		m.authFailures, m.httpRejected, m.wsConnections, m.reads, newClusterCollector(store),
+		m.authFailures, m.httpRejected, m.wsConnections, m.reads, m.readsDone, newClusterCollector(store),
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("graph: registering metrics: %w", err)

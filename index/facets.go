@@ -35,6 +35,8 @@ type Facets struct {
 // name and label filters, or a restricted viewer whose access is larger
 // than the matching rows, are answered by scanning the cheapest candidate
 // source.
+//
+// A scan works in chunks and stops when ctx ends (see pacer).
 func (s *Store) Facets(ctx context.Context, f Filter, a *Access) (*Facets, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("index: facets: %w", err)
@@ -42,10 +44,12 @@ func (s *Store) Facets(ctx context.Context, f Filter, a *Access) (*Facets, error
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	txn := s.db.Txn(false)
+	seq := s.seq
 	p, err := s.x.compile(txn, &f, a)
 	if err != nil {
 		return nil, err
 	}
+	p.pace = s.newPacer(ctx)
 	t := p.newTally(true, 0)
 	if !p.empty {
 		src := p.bestSource()
@@ -56,15 +60,18 @@ func (s *Store) Facets(ctx context.Context, f Filter, a *Access) (*Facets, error
 			}
 		}
 		if !done {
-			src.each(func(rid uint32) bool {
-				if r := p.x.rows[rid]; src.exact || p.match(r) {
+			err := p.scan(src, func(rid uint32, exact bool) bool {
+				if r := p.x.rows[rid]; exact || p.match(r) {
 					t.addRow(r)
 				}
 				return true
 			})
+			if err != nil {
+				return nil, err
+			}
 		}
 	}
-	return t.result(s.seq, p.staleInScope(staleClusters(txn))), nil
+	return t.result(seq, p.staleInScope(staleClusters(txn))), nil
 }
 
 // tally accumulates counts and, when facets is set, per-dimension counts
@@ -91,12 +98,30 @@ func (p *plan) newTally(facets bool, budget int) *tally {
 	return t
 }
 
+// grow extends the counts by id to the dictionaries' current sizes.
+func (t *tally) grow() {
+	x := t.p.x
+	t.kind = growTo(t.kind, len(x.kinds.byKid))
+	t.cluster = growTo(t.cluster, x.clusters.len())
+	t.ns = growTo(t.ns, x.namespaces.len())
+}
+
+func growTo(counts []int, n int) []int {
+	if len(counts) < n {
+		counts = append(counts, make([]int, n-len(counts))...)
+	}
+	return counts
+}
+
 // noNS marks cluster-level cells, which carry no namespace breakdown.
 const noNS = ^uint32(0)
 
 func (t *tally) addRow(r *objRow) {
 	t.total++
 	if t.facets {
+		if int(r.kind.kid) >= len(t.kind) || int(r.cid) >= len(t.cluster) || int(r.nsid) >= len(t.ns) {
+			t.grow() // interned during a pause of the scan
+		}
 		t.status[r.status]++
 		t.kind[r.kind.kid]++
 		t.cluster[r.cid]++
@@ -240,6 +265,9 @@ func (p *plan) tallyRestricted(t *tally, cid uint32, agg *clusterAgg, ca *Cluste
 func (t *tally) result(seq uint64, stale []string) *Facets {
 	x := t.p.x
 	f := &Facets{Total: t.total, StaleClusters: stale, Seq: seq}
+	if t.facets {
+		t.grow()
+	}
 	for i, st := range Statuses {
 		f.Statuses = append(f.Statuses, FacetCount{Value: string(st), Count: t.status[i]})
 	}

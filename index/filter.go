@@ -57,6 +57,9 @@ type plan struct {
 	caByCID   []*ClusterAccess // resolved lazily
 	idsByCID  []*accessIDs     // caByCID[cid] resolved against x, on the first row check
 	caDone    []bool
+
+	// pace, when set, lets long scans release the read lock (see pacer).
+	pace *pacer
 }
 
 // labelReq is one compiled selector requirement.

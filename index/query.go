@@ -243,6 +243,7 @@ func (s *Store) Query(ctx context.Context, q Query) (*Page, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.pace = s.newPacer(ctx)
 	stale := staleClusters(txn)
 	page := &Page{Seq: s.seq, StaleClusters: p.staleInScope(stale), Edges: []Edge{}}
 	if p.empty {
@@ -255,7 +256,10 @@ func (s *Store) Query(ctx context.Context, q Query) (*Page, error) {
 			after.pfx = namePrefix(cur.Str)
 		}
 	}
-	rows, more, total := p.run(q.Order, after, first)
+	rows, more, total, err := p.run(q.Order, after, first)
+	if err != nil {
+		return nil, err
+	}
 	page.TotalCount, page.HasNextPage = total, more
 	page.Edges = make([]Edge, len(rows))
 	objs := make([]Object, len(rows)) // one allocation for the page
@@ -289,7 +293,7 @@ func (s *Store) Query(ctx context.Context, q Query) (*Page, error) {
 const exactScanRatio = 10
 
 // run returns the page rows, whether more follow, and the total.
-func (p *plan) run(o Order, after *sortKey, first int) ([]*objRow, bool, int) {
+func (p *plan) run(o Order, after *sortKey, first int) ([]*objRow, bool, int, error) {
 	src := p.bestSource()
 	live := len(p.x.rows) - len(p.x.free)
 	// Walking the name order from the cursor finds a page after about
@@ -308,8 +312,13 @@ func (p *plan) run(o Order, after *sortKey, first int) ([]*objRow, bool, int) {
 		// Pods walked the half million rows named before "pod-" and took
 		// over a second). So the walk gives up, and collects, once it has
 		// cost what collecting would: never more than twice a collect.
-		if rows, more, ok := p.walk(src, o, after, first, walkBudget(src, first)); ok {
-			return rows, more, p.count(src)
+		rows, more, ok, err := p.walk(src, o, after, first, walkBudget(src, first))
+		if err != nil {
+			return nil, false, 0, err
+		}
+		if ok {
+			total, err := p.count(src)
+			return rows, more, total, err
 		}
 	}
 	return p.collect(src, o, after, first)
@@ -328,16 +337,16 @@ func walkBudget(src source, first int) int {
 // after the cursor in a bounded heap. In the name order, the prefix array
 // places most rows before or after the cursor and the heap's last row
 // without loading them, so an exact source costs a few nanoseconds a row.
-func (p *plan) collect(src source, o Order, after *sortKey, first int) ([]*objRow, bool, int) {
+func (p *plan) collect(src source, o Order, after *sortKey, first int) ([]*objRow, bool, int, error) {
 	x := p.x
 	h := newTopK(o.Desc, first+1)
 	// beyond reports whether a row whose key compares c with a bound is
 	// past it in the order.
 	beyond := func(c int) bool { return (!o.Desc && c > 0) || (o.Desc && c < 0) }
 	total := 0
-	src.each(func(rid uint32) bool {
+	err := p.scan(src, func(rid uint32, exact bool) bool {
 		var r *objRow
-		if !src.exact {
+		if !exact {
 			if r = x.rows[rid]; !p.match(r) {
 				return true
 			}
@@ -362,75 +371,97 @@ func (p *plan) collect(src source, o Order, after *sortKey, first int) ([]*objRo
 		h.offer(r, sk)
 		return true
 	})
+	if err != nil {
+		return nil, false, 0, err
+	}
 	rows := h.sorted()
 	more := len(rows) > first
 	if more {
 		rows = rows[:first]
 	}
-	return rows, more, total
+	return rows, more, total, nil
 }
 
 // count returns the number of visible matches, from the count cells when
 // that is cheaper than scanning the source.
-func (p *plan) count(src source) int {
-	if src.exact {
-		return src.est
+func (p *plan) count(src source) (int, error) {
+	if src.exact && (p.pace == nil || !p.pace.paused) {
+		return src.est, nil
 	}
 	if p.aggregatable() {
 		if t, ok := p.tally(false, src.est); ok {
-			return t.total
+			return t.total, nil
 		}
 	}
 	n := 0
-	src.each(func(rid uint32) bool {
-		if p.match(p.x.rows[rid]) {
+	err := p.scan(src, func(rid uint32, exact bool) bool {
+		if exact || p.match(p.x.rows[rid]) {
 			n++
 		}
 		return true
 	})
-	return n
+	return n, err
 }
 
 // walk reads rows in order from the cursor, keeping matches, until it has
 // first+1 or has visited budget rows (then ok is false). Only the name
 // order has an index to walk. Rows outside src are skipped without being
 // loaded when src can test membership; rows of an exact source need no
-// filter check.
-func (p *plan) walk(src source, o Order, after *sortKey, first, budget int) (rows []*objRow, more, ok bool) {
+// filter check. Every walkChunk rows it pauses (see pacer) and resumes
+// after the last row it visited.
+func (p *plan) walk(src source, o Order, after *sortKey, first, budget int) (rows []*objRow, more, ok bool, err error) {
 	x := p.x
-	var pivot *nameSeek
-	if after != nil {
-		pivot = &nameSeek{pfx: namePrefix(after.str), key: after.key, nameOff: uint16(len(after.key) - 1 - len(after.str))}
-	}
-	x.byName.walk(pivot, o.Desc, func(rid uint32) bool {
-		budget--
-		if budget < 0 {
-			return false
-		}
-		if src.has != nil && !src.has(rid) {
-			return true
-		}
-		r := x.rows[rid]
+	for {
+		var pivot *nameSeek
 		if after != nil {
-			sk := x.sortKeyOf(o.Field, r)
-			c := compareSortKeys(&sk, after)
-			if (!o.Desc && c <= 0) || (o.Desc && c >= 0) {
+			pivot = &nameSeek{pfx: namePrefix(after.str), key: after.key, nameOff: uint16(len(after.key) - 1 - len(after.str))}
+		}
+		exact := src.exact && src.has != nil && (p.pace == nil || !p.pace.paused)
+		visited, last := 0, uint32(0)
+		x.byName.walk(pivot, o.Desc, func(rid uint32) bool {
+			if p.pace != nil && visited == walkChunk {
+				return false
+			}
+			visited++
+			last = rid
+			budget--
+			if budget < 0 {
+				return false
+			}
+			if src.has != nil && !src.has(rid) {
 				return true
 			}
+			r := x.rows[rid]
+			if after != nil {
+				sk := x.sortKeyOf(o.Field, r)
+				c := compareSortKeys(&sk, after)
+				if (!o.Desc && c <= 0) || (o.Desc && c >= 0) {
+					return true
+				}
+			}
+			if exact || p.match(r) {
+				rows = append(rows, r)
+			}
+			return len(rows) <= first
+		})
+		if budget < 0 {
+			return nil, false, false, nil
 		}
-		if (src.exact && src.has != nil) || p.match(r) {
-			rows = append(rows, r)
+		if visited < walkChunk || p.pace == nil || len(rows) > first {
+			break
 		}
-		return len(rows) <= first
-	})
-	if budget < 0 {
-		return nil, false, false
+		// The chunk ended: resume after its last row once others ran.
+		sk := x.sortKeyOf(OrderName, x.rows[last])
+		after = &sk
+		if err := p.pace.pause(); err != nil {
+			return nil, false, false, err
+		}
 	}
 	more = len(rows) > first
 	if more {
 		rows = rows[:first]
 	}
-	return rows, more, true
+	return rows, more, true, nil
 }
 
 // topK keeps the limit first rows of an order. It is a max-heap of

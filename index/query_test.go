@@ -391,7 +391,7 @@ func TestWalkGivesUp(t *testing.T) {
 		s.mu.RUnlock()
 		t.Fatalf("source exact=%v est=%d: the planner would not walk it", src.exact, src.est)
 	}
-	_, _, ok := p.walk(src, Order{Field: OrderName}, nil, first, walkBudget(src, first))
+	_, _, ok, _ := p.walk(src, Order{Field: OrderName}, nil, first, walkBudget(src, first))
 	s.mu.RUnlock()
 	if ok {
 		t.Errorf("the walk found Pods named z-* within %d visits, past 1,500 rows named a-*", walkBudget(src, first))

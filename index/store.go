@@ -52,6 +52,10 @@ type Store struct {
 	queueMu sync.Mutex
 	queue   []*writeReq
 	leading bool
+
+	// pauseHook, set by tests only, runs in every pause of a long read
+	// (see pacer), without the read lock.
+	pauseHook func()
 }
 
 // Option configures a Store.

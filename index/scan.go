@@ -1,0 +1,94 @@
+package index
+
+import (
+	"context"
+	"fmt"
+)
+
+// Long reads work in bounded chunks. A read holding the store's read lock
+// for a whole scan (a label selector over every row of a 1M-object fleet
+// takes seconds) makes every writer wait for it, and every reader that
+// arrives after a waiting writer wait for both: one viewer's query stalled
+// everyone's. So a scan of more than scanChunk rows first copies its
+// candidate row ids (a few milliseconds at 1M rows), then visits them
+// scanChunk at a time and, between chunks, releases the read lock (a
+// waiting writer commits, waiting readers run), stops if the query's
+// context has ended, and takes the lock again. A name-order walk pauses
+// the same way and resumes after the last row it visited.
+//
+// What a long read returns is therefore not one snapshot: each row is
+// read as it was when its chunk ran, a row written during the read may or
+// may not be seen, and Seq is the position when the read began (resuming a
+// subscription from it may deliver changes the answer already shows).
+// Rows are immutable values, so a row kept across a pause stays
+// consistent; the plan's dictionary ids stay valid because ids are never
+// reused (rows of kinds, namespaces or label values interned during the
+// read do not match it).
+
+// scanChunk is how many rows a scan visits per hold of the read lock:
+// about 1.5 ms for the costliest filter the graph's limits allow (64
+// selector terms), a few microseconds for an exact source. A walk visits
+// walkChunk rows per hold: resuming re-seeks every run of the name order.
+const (
+	scanChunk = 1024
+	walkChunk = 4 * scanChunk
+)
+
+// pacer releases the read lock of a long read between chunks.
+type pacer struct {
+	s   *Store
+	ctx context.Context
+	// paused is set after the first pause: row ids read before may now
+	// hold other rows, so exact sources must be checked again.
+	paused bool
+}
+
+// newPacer returns the pacer of one read, which holds s.mu.RLock.
+func (s *Store) newPacer(ctx context.Context) *pacer { return &pacer{s: s, ctx: ctx} }
+
+// pause lets writers and other readers in, then resumes the read unless
+// its context has ended. It returns with the read lock held either way.
+func (pc *pacer) pause() error {
+	pc.s.mu.RUnlock()
+	if pc.s.pauseHook != nil {
+		pc.s.pauseHook()
+	}
+	err := pc.ctx.Err()
+	pc.s.mu.RLock()
+	pc.paused = true
+	if err != nil {
+		return fmt.Errorf("index: read stopped: %w", err)
+	}
+	return nil
+}
+
+// scan calls fn for each row id of src until fn returns false; exact says
+// whether the row is known to match the plan without a check. Sources of
+// more than scanChunk rows are visited in chunks (see pacer); the error is
+// the context's when the read stopped early.
+func (p *plan) scan(src source, fn func(rid uint32, exact bool) bool) error {
+	pc := p.pace
+	if pc == nil || src.est <= scanChunk {
+		src.each(func(rid uint32) bool { return fn(rid, src.exact) })
+		return nil
+	}
+	rids := make([]uint32, 0, src.est)
+	src.each(func(rid uint32) bool { rids = append(rids, rid); return true })
+	for start := 0; start < len(rids); start += scanChunk {
+		if start > 0 {
+			if err := pc.pause(); err != nil {
+				return err
+			}
+		}
+		exact := src.exact && !pc.paused
+		for _, rid := range rids[start:min(start+scanChunk, len(rids))] {
+			if p.x.rows[rid] == nil { // deleted during a pause
+				continue
+			}
+			if !fn(rid, exact) {
+				return nil
+			}
+		}
+	}
+	return nil
+}
