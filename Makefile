@@ -44,7 +44,7 @@ CHROMIUM := /usr/bin/chromium
 TESTENV_SRC := $(shell find testenv -name '*.go' -not -path '*/rbacdiff/*') testenv/go.mod testenv/go.sum Makefile
 
 .PHONY: all build test test-unit test-root test-testenv test-fleetbench test-chart chart-rbac helm image lint-dockerfile test-fuzz check-generated lint demo testenv crds \
-	bench-index bench-scale bench-authz bench-collector bench-fleet bench-edge bench-graph bench-ui bench-compare bench-servers test-rbac-full test-conformance clean
+	bench-index bench-scale bench-authz bench-collector bench-fleet bench-edge bench-graph bench-isolation bench-ui bench-compare bench-servers test-rbac-full test-conformance clean
 
 all: build
 
@@ -199,6 +199,11 @@ test-conformance: $(CONFORMANCE_DEPS)
 ## bench-graph: Q3 over HTTP and 1,000 subscribers' fan-out on the 1M-object fleet
 bench-graph:
 	$(GO) test -run '^$$' -bench '^BenchmarkGraphFleet$$' -benchtime=1x -timeout 30m ./graph/ | grep '^graph:'
+
+## bench-isolation: an ordinary viewer's Q1 and Q3 and ingest on the 1M-object fleet while 4 clients
+## send the costliest documents the query limits allow (FLEETGRAPH_BENCH_SMALL=1: 100k objects)
+bench-isolation:
+	$(GO) test -run '^$$' -bench '^BenchmarkIsolation$$' -benchtime=1x -timeout 30m ./graph/ | grep '^isolation:'
 
 ## bench-ui: the dashboard in Chromium on the 1M-object fleet (first render, filter change to
 ## rendered table), as the admin and as a viewer of 20,000 namespaces; medians of UI_RUNS runs

@@ -72,21 +72,7 @@ func BenchmarkGraphFleet(b *testing.B) {
 		tokens[u] = "tok-" + u
 		fmt.Fprintf(&csv, "tok-%s,%s,uid-%s\n", u, u, u)
 	}
-	st, err := authz.ParseStaticTokens(strings.NewReader(csv.String()), "bench tokens", authz.Naming{})
-	must(b, err)
-	h, err := NewHandler(Options{
-		Store: store, Authorizer: authz.NewAuthorizer(store, authz.Options{}),
-		Authenticator: &authz.Union{Authenticators: []authz.Authenticator{st}},
-		Logger:        testLogger(b),
-	})
-	must(b, err)
-	srv := httptest.NewServer(h)
-	defer srv.Close()
-	defer func() {
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		_ = h.Close(cctx)
-	}()
+	h, srv := startBenchServer(b, store, csv.String(), nil)
 
 	clients := startBenchClients(b, srv.URL, tokens, p.subscribers)
 	if path := os.Getenv("FLEETGRAPH_BENCH_Q3_CPUPROFILE"); path != "" {
@@ -161,6 +147,28 @@ func BenchmarkQueryQ3(b *testing.B) {
 	for b.Loop() {
 		q.do(b)
 	}
+}
+
+// startBenchServer serves store over loopback HTTP to the users of a token
+// file (kube-apiserver's CSV) until the benchmark ends; members of admins
+// are fleet admins.
+func startBenchServer(b *testing.B, store *index.Store, tokensCSV string, admins []string) (*Handler, *httptest.Server) {
+	st, err := authz.ParseStaticTokens(strings.NewReader(tokensCSV), "bench tokens", authz.Naming{})
+	must(b, err)
+	h, err := NewHandler(Options{
+		Store: store, Authorizer: authz.NewAuthorizer(store, authz.Options{}),
+		Authenticator: &authz.Union{Authenticators: []authz.Authenticator{st}},
+		AdminGroups:   admins, Logger: testLogger(b),
+	})
+	must(b, err)
+	srv := httptest.NewServer(h)
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = h.Close(ctx)
+		srv.Close()
+	})
+	return h, srv
 }
 
 type benchParams struct {

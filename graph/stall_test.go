@@ -117,7 +117,9 @@ func TestNoQueryStallsTheServer(t *testing.T) {
 	base := scansEnded()
 	var took []time.Duration
 	for scansEnded()-base < 3 {
-		var r struct{ Objects struct{ Edges []json.RawMessage } }
+		var r struct {
+			Objects struct{ Edges []json.RawMessage }
+		}
 		start := time.Now()
 		f.query("alice", `{ objects(first: 1) { edges { node { name } } } }`, nil, &r)
 		took = append(took, time.Since(start))
