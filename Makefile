@@ -166,7 +166,7 @@ check-generated:
 
 ## test-unit: every test that needs no control plane and no Node (the others skip, saying so)
 test-unit: test-testenv
-	env -u FLEETGRAPH_TESTENV -u FLEETGRAPH_CONFORMANCE $(GO) test -race -timeout 10m ./...
+	env -u FLEETGRAPH_TESTENV -u FLEETGRAPH_CONFORMANCE -u FLEETGRAPH_HELM $(GO) test -race -timeout 10m ./...
 
 ## lint: golangci-lint v2 with the config in .golangci.yml
 lint: $(GOLANGCI_LINT)

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fleetgraph/fleetgraph/internal/testcluster"
 )
 
 // demoRun is a `fleetgraph demo` process started by a test, as a person
@@ -54,6 +56,7 @@ func buildFleetgraph(t testing.TB, dir string) string {
 // printed its commands and every cluster has synced.
 func startDemo(t testing.TB, dir string, args ...string) *demoRun {
 	t.Helper()
+	testcluster.Require(t) // the demo starts three control planes
 	bin := buildFleetgraph(t, dir)
 	d := &demoRun{t: t, done: make(chan struct{}), tokens: map[string]string{}, newLine: make(chan struct{}, 1)}
 	d.cmd = exec.Command(bin, append([]string{"demo", "--listen", "127.0.0.1:0"}, args...)...)
