@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/fleetgraph/fleetgraph/collector/rbacrow"
 	"github.com/fleetgraph/fleetgraph/index"
 )
 
@@ -50,7 +51,7 @@ func rbacAdapters() []*Adapter {
 			func(c *Clients) (listFunc[*rbacv1.RoleList], watchFunc) {
 				r := c.Kube.RbacV1().Roles(metav1.NamespaceAll)
 				return r.List, r.Watch
-			}, func(r *rbacv1.Role) Normalized { return policyRow(&index.Policy{Rules: rules(r.Rules)}) }),
+			}, func(r *rbacv1.Role) Normalized { return policyRow(&index.Policy{Rules: rbacrow.Rules(r.Rules)}) }),
 		typed(index.RBACGroup, "v1", index.KindClusterRole, func() *rbacv1.ClusterRole { return &rbacv1.ClusterRole{} },
 			func(c *Clients) (listFunc[*rbacv1.ClusterRoleList], watchFunc) {
 				r := c.Kube.RbacV1().ClusterRoles()
@@ -58,49 +59,25 @@ func rbacAdapters() []*Adapter {
 			}, func(r *rbacv1.ClusterRole) Normalized {
 				// Aggregated roles are evaluated through the rules the
 				// aggregation controller stored, as the authorizer does.
-				return policyRow(&index.Policy{Rules: rules(r.Rules)})
+				return policyRow(&index.Policy{Rules: rbacrow.Rules(r.Rules)})
 			}),
 		typed(index.RBACGroup, "v1", index.KindRoleBinding, func() *rbacv1.RoleBinding { return &rbacv1.RoleBinding{} },
 			func(c *Clients) (listFunc[*rbacv1.RoleBindingList], watchFunc) {
 				r := c.Kube.RbacV1().RoleBindings(metav1.NamespaceAll)
 				return r.List, r.Watch
 			}, func(b *rbacv1.RoleBinding) Normalized {
-				return policyRow(&index.Policy{RoleRef: roleRef(b.RoleRef), Subjects: subjects(b.Subjects)})
+				return policyRow(&index.Policy{RoleRef: rbacrow.RoleRef(b.RoleRef), Subjects: rbacrow.Subjects(b.Subjects)})
 			}),
 		typed(index.RBACGroup, "v1", index.KindClusterRoleBinding, func() *rbacv1.ClusterRoleBinding { return &rbacv1.ClusterRoleBinding{} },
 			func(c *Clients) (listFunc[*rbacv1.ClusterRoleBindingList], watchFunc) {
 				r := c.Kube.RbacV1().ClusterRoleBindings()
 				return r.List, r.Watch
 			}, func(b *rbacv1.ClusterRoleBinding) Normalized {
-				return policyRow(&index.Policy{RoleRef: roleRef(b.RoleRef), Subjects: subjects(b.Subjects)})
+				return policyRow(&index.Policy{RoleRef: rbacrow.RoleRef(b.RoleRef), Subjects: rbacrow.Subjects(b.Subjects)})
 			}),
 	}
 }
 
 func policyRow(p *index.Policy) Normalized {
 	return Normalized{Status: index.StatusHealthy, Policy: p}
-}
-
-// PolicyRules converts RBAC rules to index rules.
-func rules(in []rbacv1.PolicyRule) []index.PolicyRule {
-	out := make([]index.PolicyRule, len(in))
-	for i, r := range in {
-		out[i] = index.PolicyRule{
-			Verbs: r.Verbs, APIGroups: r.APIGroups, Resources: r.Resources,
-			ResourceNames: r.ResourceNames, NonResourceURLs: r.NonResourceURLs,
-		}
-	}
-	return out
-}
-
-func roleRef(r rbacv1.RoleRef) index.RoleRef {
-	return index.RoleRef{APIGroup: r.APIGroup, Kind: r.Kind, Name: r.Name}
-}
-
-func subjects(in []rbacv1.Subject) []index.Subject {
-	out := make([]index.Subject, len(in))
-	for i, s := range in {
-		out[i] = index.Subject{Kind: s.Kind, APIGroup: s.APIGroup, Name: s.Name, Namespace: s.Namespace}
-	}
-	return out
 }

@@ -204,26 +204,11 @@ func benchSubscriberNames(n int) []string {
 // subscriber i in 10 namespaces of cluster i mod clusters.
 func benchIngest(ctx context.Context, s *index.Store, p benchParams) error {
 	f := p.fleet
-	per := f.Namespaces * f.PerNamespace
-	byGroup := map[string][]string{}
-	for _, k := range indextest.Kinds {
-		byGroup[k.Group] = append(byGroup[k.Group], k.Resource)
-	}
-	var rules []index.PolicyRule
-	for g, res := range byGroup {
-		rules = append(rules, index.PolicyRule{Verbs: []string{"get", "list", "watch"}, APIGroups: []string{g}, Resources: res})
-	}
+	rules := indextest.ReadRules()
 	for c := range f.Clusters {
 		name := indextest.ClusterName(c)
-		byKind := make([][]index.Object, len(indextest.Kinds))
-		for i := c * per; i < (c+1)*per; i++ {
-			k := f.KindOf(i)
-			byKind[k] = append(byKind[k], f.Object(i))
-		}
-		for k, rows := range byKind {
-			if err := s.Replace(ctx, name, indextest.Kinds[k], rows); err != nil {
-				return err
-			}
+		if err := f.ReplaceCluster(ctx, s, c); err != nil {
+			return err
 		}
 		if err := s.Replace(ctx, name, clusterRoleKind, []index.Object{clusterRole(name, "fleet-view", rules...)}); err != nil {
 			return err

@@ -38,19 +38,9 @@ func (s *service) object(ctx context.Context, cluster, kind string, namespace *s
 		// and a real one the viewer sees nothing in answer the same.
 		return nil, errNoCluster(cluster)
 	}
-	k, err := resolveKind(s.store.Kinds(cluster), cluster, kind)
+	k, ns, err := s.objectKind(cluster, kind, namespace)
 	if err != nil {
 		return nil, err
-	}
-	ns := ""
-	if namespace != nil {
-		ns = *namespace
-	}
-	switch {
-	case k.Namespaced && ns == "":
-		return nil, newError(CodeBadUserInput, nil, "%s is namespaced: namespace is required", k.GroupKind())
-	case !k.Namespaced && ns != "":
-		return nil, newError(CodeBadUserInput, nil, "%s is cluster-scoped: omit namespace", k.GroupKind())
 	}
 	release, err := s.admission.liveRead(ctx, v)
 	if err != nil {
@@ -147,6 +137,27 @@ func impersonationDenied(d *metav1.StatusDetails, k index.Kind) bool {
 		return true
 	}
 	return false
+}
+
+// objectKind resolves the kind a client named for one object of cluster
+// (see resolveKind) and the object's namespace, which a namespaced kind
+// requires and a cluster-scoped one refuses.
+func (s *service) objectKind(cluster, kind string, namespace *string) (index.Kind, string, error) {
+	k, err := resolveKind(s.store.Kinds(cluster), cluster, kind)
+	if err != nil {
+		return index.Kind{}, "", err
+	}
+	ns := ""
+	if namespace != nil {
+		ns = *namespace
+	}
+	switch {
+	case k.Namespaced && ns == "":
+		return index.Kind{}, "", newError(CodeBadUserInput, nil, "%s is namespaced: namespace is required", k.GroupKind())
+	case !k.Namespaced && ns != "":
+		return index.Kind{}, "", newError(CodeBadUserInput, nil, "%s is cluster-scoped: omit namespace", k.GroupKind())
+	}
+	return k, ns, nil
 }
 
 // resolveKind finds the kind a client named: "Pod", "pods", or

@@ -38,19 +38,9 @@ func (s *service) whyVisible(ctx context.Context, cluster, kind string, namespac
 		out.Summary = fmt.Sprintf("Nothing in cluster %q lets you read any object, so you cannot see this one.", cluster)
 		return out, nil
 	}
-	k, err := resolveKind(s.store.Kinds(cluster), cluster, kind)
+	k, ns, err := s.objectKind(cluster, kind, namespace)
 	if err != nil {
 		return nil, err
-	}
-	ns := ""
-	if namespace != nil {
-		ns = *namespace
-	}
-	switch {
-	case k.Namespaced && ns == "":
-		return nil, newError(CodeBadUserInput, nil, "%s is namespaced: namespace is required", k.GroupKind())
-	case !k.Namespaced && ns != "":
-		return nil, newError(CodeBadUserInput, nil, "%s is cluster-scoped: omit namespace", k.GroupKind())
 	}
 	x, err := s.authz.ExplainVisibility(ctx, cluster, v.id, index.GroupResource{Group: k.Group, Resource: k.Resource}, k.Namespaced, ns, name)
 	if err != nil {

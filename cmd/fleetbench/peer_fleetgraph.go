@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -367,14 +366,7 @@ func loadPolicy(ctx context.Context, s *index.Store, f indextest.Fleet, scopes [
 	if len(scopes) == 0 {
 		return nil
 	}
-	byGroup := map[string][]string{}
-	for _, k := range indextest.Kinds {
-		byGroup[k.Group] = append(byGroup[k.Group], k.Resource)
-	}
-	role := &index.Policy{}
-	for _, g := range slices.Sorted(maps.Keys(byGroup)) {
-		role.Rules = append(role.Rules, index.PolicyRule{Verbs: []string{"get", "list", "watch"}, APIGroups: []string{g}, Resources: byGroup[g]})
-	}
+	role := &index.Policy{Rules: indextest.ReadRules()}
 	policyRow := func(cluster, kind, namespace, name string, p *index.Policy) index.Object {
 		return index.Object{
 			Cluster: cluster, Namespace: namespace, Group: index.RBACGroup, Version: "v1", Kind: kind,

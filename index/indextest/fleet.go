@@ -7,7 +7,9 @@
 package indextest
 
 import (
+	"context"
 	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -277,6 +279,38 @@ func (f Fleet) Each(batch int, fn func([]index.Object) error) error {
 			}
 			clear(buf)
 			buf = buf[:0]
+		}
+	}
+	return nil
+}
+
+// ReadRules returns RBAC rules that read (get, list, watch) every kind of
+// the fleet, one rule per API group in group order: the role that
+// benchmarks and the big-fleet demo bind their viewers to.
+func ReadRules() []index.PolicyRule {
+	byGroup := map[string][]string{}
+	for _, k := range Kinds {
+		byGroup[k.Group] = append(byGroup[k.Group], k.Resource)
+	}
+	var rules []index.PolicyRule
+	for _, g := range slices.Sorted(maps.Keys(byGroup)) {
+		rules = append(rules, index.PolicyRule{Verbs: []string{"get", "list", "watch"}, APIGroups: []string{g}, Resources: byGroup[g]})
+	}
+	return rules
+}
+
+// ReplaceCluster writes the objects of cluster c (0-based) into s with one
+// Replace per kind, as a collector's first sync does.
+func (f Fleet) ReplaceCluster(ctx context.Context, s index.Sink, c int) error {
+	per := f.Namespaces * f.PerNamespace
+	byKind := make([][]index.Object, len(Kinds))
+	for i := c * per; i < (c+1)*per; i++ {
+		k := f.KindOf(i)
+		byKind[k] = append(byKind[k], f.Object(i))
+	}
+	for k, rows := range byKind {
+		if err := s.Replace(ctx, ClusterName(c), Kinds[k], rows); err != nil {
+			return err
 		}
 	}
 	return nil

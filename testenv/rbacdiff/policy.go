@@ -15,6 +15,7 @@ import (
 	"k8s.io/kubernetes/plugin/pkg/auth/authorizer/rbac/bootstrappolicy"
 
 	"github.com/fleetgraph/fleetgraph/authz"
+	"github.com/fleetgraph/fleetgraph/collector/rbacrow"
 	"github.com/fleetgraph/fleetgraph/index"
 )
 
@@ -75,41 +76,21 @@ func (p *Policy) Store(kinds []index.Kind) *Store {
 		// Later duplicates win in neither implementation: the oracle
 		// returns the first match, so keep the first.
 		if _, dup := s.roles[[2]string{r.Namespace, r.Name}]; !dup {
-			s.roles[[2]string{r.Namespace, r.Name}] = &index.Role{Cluster: Cluster, Namespace: r.Namespace, Name: r.Name, Rules: convertRules(r.Rules)}
+			s.roles[[2]string{r.Namespace, r.Name}] = &index.Role{Cluster: Cluster, Namespace: r.Namespace, Name: r.Name, Rules: rbacrow.Rules(r.Rules)}
 		}
 	}
 	for _, r := range p.ClusterRoles {
 		if _, dup := s.clusterRoles[r.Name]; !dup {
-			s.clusterRoles[r.Name] = &index.Role{Cluster: Cluster, Name: r.Name, Rules: convertRules(r.Rules)}
+			s.clusterRoles[r.Name] = &index.Role{Cluster: Cluster, Name: r.Name, Rules: rbacrow.Rules(r.Rules)}
 		}
 	}
 	for _, b := range p.RoleBindings {
-		s.roleBindings = append(s.roleBindings, &index.Binding{Cluster: Cluster, Namespace: b.Namespace, Name: b.Name, RoleRef: convertRef(b.RoleRef), Subjects: convertSubjects(b.Subjects)})
+		s.roleBindings = append(s.roleBindings, &index.Binding{Cluster: Cluster, Namespace: b.Namespace, Name: b.Name, RoleRef: rbacrow.RoleRef(b.RoleRef), Subjects: rbacrow.Subjects(b.Subjects)})
 	}
 	for _, b := range p.ClusterRoleBindings {
-		s.crbs = append(s.crbs, &index.Binding{Cluster: Cluster, Name: b.Name, RoleRef: convertRef(b.RoleRef), Subjects: convertSubjects(b.Subjects)})
+		s.crbs = append(s.crbs, &index.Binding{Cluster: Cluster, Name: b.Name, RoleRef: rbacrow.RoleRef(b.RoleRef), Subjects: rbacrow.Subjects(b.Subjects)})
 	}
 	return s
-}
-
-func convertRules(in []rbacv1.PolicyRule) []index.PolicyRule {
-	out := make([]index.PolicyRule, len(in))
-	for i, r := range in {
-		out[i] = index.PolicyRule{Verbs: r.Verbs, APIGroups: r.APIGroups, Resources: r.Resources, ResourceNames: r.ResourceNames, NonResourceURLs: r.NonResourceURLs}
-	}
-	return out
-}
-
-func convertRef(r rbacv1.RoleRef) index.RoleRef {
-	return index.RoleRef{APIGroup: r.APIGroup, Kind: r.Kind, Name: r.Name}
-}
-
-func convertSubjects(in []rbacv1.Subject) []index.Subject {
-	out := make([]index.Subject, len(in))
-	for i, s := range in {
-		out[i] = index.Subject{Kind: s.Kind, APIGroup: s.APIGroup, Name: s.Name, Namespace: s.Namespace}
-	}
-	return out
 }
 
 // GetRole implements authz.RoleGetter.

@@ -185,15 +185,7 @@ func median(v []float64) float64 {
 // load writes the fleet, one Replace per cluster and kind, and RBAC that
 // binds viewer in 200 namespaces of every cluster.
 func load(ctx context.Context, s *index.Store, f indextest.Fleet) error {
-	per := f.Namespaces * f.PerNamespace
-	byGroup := map[string][]string{}
-	for _, k := range indextest.Kinds {
-		byGroup[k.Group] = append(byGroup[k.Group], k.Resource)
-	}
-	var rules []index.PolicyRule
-	for g, res := range byGroup {
-		rules = append(rules, index.PolicyRule{Verbs: []string{"get", "list", "watch"}, APIGroups: []string{g}, Resources: res})
-	}
+	rules := indextest.ReadRules()
 	crKind := index.Kind{Group: index.RBACGroup, Version: "v1", Kind: index.KindClusterRole, Resource: "clusterroles"}
 	rbKind := index.Kind{Group: index.RBACGroup, Version: "v1", Kind: index.KindRoleBinding, Resource: "rolebindings", Namespaced: true}
 	now := time.Now()
@@ -202,15 +194,8 @@ func load(ctx context.Context, s *index.Store, f indextest.Fleet) error {
 		if err := s.UpsertCluster(ctx, index.Cluster{Name: name, Mode: index.ModePull, State: index.StateConnected, Since: now, Synced: true}); err != nil {
 			return err
 		}
-		byKind := make([][]index.Object, len(indextest.Kinds))
-		for i := c * per; i < (c+1)*per; i++ {
-			k := f.KindOf(i)
-			byKind[k] = append(byKind[k], f.Object(i))
-		}
-		for k, rows := range byKind {
-			if err := s.Replace(ctx, name, indextest.Kinds[k], rows); err != nil {
-				return err
-			}
+		if err := f.ReplaceCluster(ctx, s, c); err != nil {
+			return err
 		}
 		role := index.Object{
 			Cluster: name, Group: index.RBACGroup, Version: "v1", Kind: index.KindClusterRole, Resource: "clusterroles",
