@@ -41,7 +41,11 @@ import (
 //
 // It prints one line:
 //
-//	isolation: objects=1000000 attackers=4 victim_q1_p99_ms=.. victim_q3_p99_ms=.. ingest_during_attack_per_s=.. ingest_idle_per_s=..
+//	isolation: objects=1000000 attackers=4 victim_q1_p99_ms=.. victim_q3_p99_ms=.. ingest_during_attack_per_s=.. ingest_idle_per_s=.. victim_q1_idle_p99_ms=.. victim_q3_idle_p99_ms=..
+//
+// The last two are the victim's p99s with the writer but without the
+// attack, measured before it, so that what the attack costs the victim
+// can be told from what the machine and the writer cost.
 //
 // FLEETGRAPH_BENCH_SMALL=1 runs it on 100k objects for a quick check.
 func BenchmarkIsolation(b *testing.B) {
@@ -68,6 +72,17 @@ func BenchmarkIsolation(b *testing.B) {
 	idle, err := w.run(ctx, store, measureFor/2)
 	must(b, err)
 	b.Logf("ingest alone: %.0f rows/s", idle)
+
+	// The same victim and writer without an attack, for comparison (logged
+	// and printed as victim_*_idle_p99_ms).
+	wctx, stopWriter := context.WithCancel(ctx)
+	var wwg sync.WaitGroup
+	var idleWriteErr error
+	wwg.Go(func() { _, idleWriteErr = w.run(wctx, store, measureFor/2) })
+	q1Idle, q3Idle := isolationVictim(b, srv.URL, tokens["viewer-q3"], p.fleet, measureFor/2)
+	stopWriter()
+	wwg.Wait()
+	must(b, idleWriteErr)
 
 	// The attack.
 	actx, stopAttack := context.WithCancel(ctx)
@@ -128,14 +143,15 @@ func BenchmarkIsolation(b *testing.B) {
 
 	scans := testutil.ToFloat64(h.metrics.readsDone.WithLabelValues(readScan)) - scans0
 	b.Logf("attack: %.0f scans run, %d documents answered (%d facets fields computed, %d stopped by the deadline)", scans, attacks.Load(), fields.Load(), deadlines.Load())
-	b.Logf("victim: %d Q1 (p50 %v), %d Q3 (p50 %v)", len(q1), q1[len(q1)/2], len(q3), q3[len(q3)/2])
+	b.Logf("victim without attack: %d Q1 (p50 %v), %d Q3 (p50 %v)", len(q1Idle), q1Idle[len(q1Idle)/2], len(q3Idle), q3Idle[len(q3Idle)/2])
+	b.Logf("victim under attack: %d Q1 (p50 %v), %d Q3 (p50 %v)", len(q1), q1[len(q1)/2], len(q3), q3[len(q3)/2])
 	if scans < 2 {
 		b.Fatalf("%.0f scans ran during the attack", scans)
 	}
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d.Microseconds())/1e3) }
 	p99 := func(ds []time.Duration) time.Duration { return ds[min(len(ds)-1, len(ds)*99/100)] }
-	fmt.Printf("isolation: objects=%d attackers=%d victim_q1_p99_ms=%s victim_q3_p99_ms=%s ingest_during_attack_per_s=%.0f ingest_idle_per_s=%.0f\n",
-		p.fleet.Size(), isolationAttackers, ms(p99(q1)), ms(p99(q3)), during, idle)
+	fmt.Printf("isolation: objects=%d attackers=%d victim_q1_p99_ms=%s victim_q3_p99_ms=%s ingest_during_attack_per_s=%.0f ingest_idle_per_s=%.0f victim_q1_idle_p99_ms=%s victim_q3_idle_p99_ms=%s\n",
+		p.fleet.Size(), isolationAttackers, ms(p99(q1)), ms(p99(q3)), during, idle, ms(p99(q1Idle)), ms(p99(q3Idle)))
 }
 
 // isolationAttackers is how many attacking clients run at once.
