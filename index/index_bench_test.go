@@ -3,6 +3,7 @@ package index_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -159,9 +160,15 @@ func BenchmarkQueryKindStatus(b *testing.B) {
 // order; Service's is near its end.
 func BenchmarkQueryKindPage(b *testing.B) {
 	s := benchStore()
-	for _, kind := range []string{"Pod", "Service", "EndpointSlice"} {
+	f := indextest.Fleet{Clusters: 10, Namespaces: 1000, PerNamespace: 10, Seed: 1}
+	viewer := f.NamespaceAccess(10, 200) // a fifth of the fleet, as bench-ui's viewer
+	for _, kind := range []string{"Pod", "Service", "EndpointSlice", "viewer/Pod", "viewer/Service"} {
 		b.Run(kind, func(b *testing.B) {
-			q := index.Query{Filter: index.Filter{Kinds: []string{kind}}, First: 50, Access: &index.Access{All: true}}
+			a := &index.Access{All: true}
+			if k, ok := strings.CutPrefix(kind, "viewer/"); ok {
+				kind, a = k, viewer
+			}
+			q := index.Query{Filter: index.Filter{Kinds: []string{kind}}, First: 50, Access: a}
 			b.ReportAllocs()
 			for b.Loop() {
 				p, err := s.Query(context.Background(), q)
