@@ -59,7 +59,7 @@ func TestNameOrder(t *testing.T) {
 	}
 	collect := func(pivot *nameSeek, desc bool) []*objRow {
 		var got []*objRow
-		x.byName.walk(pivot, desc, func(rid uint32) bool {
+		x.byName.walk(pivot, nil, desc, func(rid uint32) bool {
 			got = append(got, x.rows[rid])
 			return true
 		})

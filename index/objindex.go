@@ -43,6 +43,10 @@ type objIndex struct {
 	byNsName   map[uint32]*cells // by nsid across clusters
 	keyPost    []postings        // by label key id
 	byName     *nameOrder
+	// kindNames is, by kid, a range of name prefixes holding the names of
+	// every row of the kind: widened as rows come, never narrowed, so a
+	// walk of the name order for some kinds starts and ends there.
+	kindNames []pfxRange
 	// allCluster is the ClusterAccess that sees a whole cluster, used
 	// for viewers with Access.All.
 	allCluster *ClusterAccess
@@ -130,6 +134,7 @@ func (x *objIndex) insertRow(r *objRow) {
 	}
 	x.byKey.put(r.key, r.rid)
 	x.byName.insert(pfx, r)
+	x.widenKindNames(r.kind.kid, pfx)
 	ca := x.cluster(r.cid)
 	ca.rows.add(r.rid, x.maxRows())
 	x.byKindOf(ca, r.kind.kid).add(r.rid, x.maxRows())
@@ -186,12 +191,52 @@ func (x *objIndex) updateRow(old, r *objRow) {
 			delete(ca.byKind, old.kind.kid)
 		}
 		x.byKindOf(ca, r.kind.kid).add(r.rid, x.maxRows())
+		x.widenKindNames(r.kind.kid, x.pfx[r.rid])
 	}
 	if old.status != r.status || old.kind.kid != r.kind.kid {
 		na := ca.nss[r.nsid]
 		x.addCounts(old, ca, na, -1)
 		x.addCounts(r, ca, na, 1)
 	}
+}
+
+// pfxRange is a closed range of name prefixes; the zero value is empty.
+type pfxRange struct {
+	lo, hi namePfx
+	set    bool
+}
+
+// widen makes r hold p.
+func (r *pfxRange) widen(p namePfx) {
+	switch {
+	case !r.set:
+		r.lo, r.hi, r.set = p, p, true
+	case p.compare(r.lo) < 0:
+		r.lo = p
+	case p.compare(r.hi) > 0:
+		r.hi = p
+	}
+}
+
+func (r *pfxRange) holds(p namePfx) bool {
+	return r.set && p.compare(r.lo) >= 0 && p.compare(r.hi) <= 0
+}
+
+// widenKindNames records that a row of kind kid is named with prefix p.
+func (x *objIndex) widenKindNames(kid uint32, p namePfx) {
+	if int(kid) >= len(x.kindNames) {
+		x.kindNames = slices.Grow(x.kindNames, int(kid)+1-len(x.kindNames))[:kid+1]
+	}
+	x.kindNames[kid].widen(p)
+}
+
+// kindNamesOf returns the name range of kind kid's rows (empty when it
+// never had one).
+func (x *objIndex) kindNamesOf(kid uint32) pfxRange {
+	if int(kid) < len(x.kindNames) {
+		return x.kindNames[kid]
+	}
+	return pfxRange{}
 }
 
 // byKindOf returns the postings of one kind in one cluster, made empty

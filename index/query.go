@@ -418,7 +418,7 @@ func (p *plan) walk(src source, o Order, after *sortKey, first, budget int) (row
 		}
 		exact := src.exact && src.has != nil && (p.pace == nil || !p.pace.paused)
 		visited, last := 0, uint32(0)
-		x.byName.walk(pivot, o.Desc, func(rid uint32) bool {
+		x.byName.walk(pivot, p.kindNames(), o.Desc, func(rid uint32) bool {
 			if p.pace != nil && visited == walkChunk {
 				return false
 			}
@@ -462,6 +462,27 @@ func (p *plan) walk(src source, o Order, after *sortKey, first, budget int) (row
 		rows = rows[:first]
 	}
 	return rows, more, true, nil
+}
+
+// kindNames returns the range of name prefixes that holds every row of
+// the filter's kinds, or nil when the filter has no kinds. Names often
+// start with their kind, so a kind's rows can be one stretch of the name
+// order, far from its ends: a walk for them starts and ends there.
+func (p *plan) kindNames() *pfxRange {
+	if p.kids == nil {
+		return nil
+	}
+	var r pfxRange
+	for kid, in := range p.kids {
+		if kr := p.x.kindNamesOf(uint32(kid)); in && kr.set {
+			r.widen(kr.lo)
+			r.widen(kr.hi)
+		}
+	}
+	if !r.set {
+		return nil // no row of these kinds: the source is empty
+	}
+	return &r
 }
 
 // topK keeps the limit first rows of an order. It is a max-heap of

@@ -360,22 +360,25 @@ func TestWalkExactSources(t *testing.T) {
 	}
 }
 
-// TestWalkGivesUp pages through a kind whose names all sort after every
-// other row's (names that start with their kind do that): the walk the
-// planner chooses for such a plentiful kind would visit every earlier row
-// before the first match, so it must give up within its budget and the
-// page come from a collect, still right.
+// TestWalkGivesUp pages through a kind whose names but one sort after
+// many other rows' names: the walk the planner chooses for such a
+// plentiful kind would visit all those rows after the first match, so it
+// must give up within its budget and the page come from a collect, still
+// right.
 func TestWalkGivesUp(t *testing.T) {
 	s, _ := newTestStore(t)
 	var rows []Object
 	for i := range 2500 {
 		o := Object{
 			Cluster: "c0", Namespace: "ns0", Group: flux.Group, Version: flux.Version, Kind: flux.Kind, Resource: flux.Resource,
-			Name: fmt.Sprintf("a-%04d", i), Status: StatusHealthy,
+			Name: fmt.Sprintf("m-%04d", i), Status: StatusHealthy,
 		}
 		if i%5 < 2 {
 			o.Group, o.Version, o.Kind, o.Resource = podKind.Group, podKind.Version, podKind.Kind, podKind.Resource
 			o.Name = fmt.Sprintf("z-%04d", i)
+			if i == 0 {
+				o.Name = "a-pod"
+			}
 		}
 		rows = append(rows, o)
 	}
@@ -394,12 +397,80 @@ func TestWalkGivesUp(t *testing.T) {
 	_, _, ok, _ := p.walk(src, Order{Field: OrderName}, nil, first, walkBudget(src, first))
 	s.mu.RUnlock()
 	if ok {
-		t.Errorf("the walk found Pods named z-* within %d visits, past 1,500 rows named a-*", walkBudget(src, first))
+		t.Errorf("the walk found Pods named z-* within %d visits, past 1,500 rows named m-*", walkBudget(src, first))
 	}
 	page, err := s.Query(ctxb, Query{Filter: f, First: first, Access: admin})
 	mustNoErr(t, err)
-	if page.TotalCount != 1000 || len(page.Edges) != 2 || page.Edges[0].Object.Name != "z-0000" || page.Edges[1].Object.Name != "z-0001" {
+	if page.TotalCount != 1000 || len(page.Edges) != 2 || page.Edges[0].Object.Name != "a-pod" || page.Edges[1].Object.Name != "z-0001" {
 		t.Fatalf("page: total %d, %d edges %v", page.TotalCount, len(page.Edges), page.Edges)
+	}
+}
+
+// TestWalkWithinKindNames pages, both ways, through kinds whose names are
+// one stretch of the name order between other kinds' (names that start
+// with their kind do that): the walk must start and end at the kinds'
+// names, so it finds its page within the budget, and every page must
+// match brute force.
+func TestWalkWithinKindNames(t *testing.T) {
+	s, _ := newTestStore(t)
+	var rows []Object
+	for i := range 3000 {
+		k, name := flux, fmt.Sprintf("a-%04d", i)
+		switch i % 3 {
+		case 1:
+			k, name = podKind, fmt.Sprintf("m-%04d", i)
+		case 2:
+			k, name = nodeKind, fmt.Sprintf("z-%04d", i)
+		}
+		o := Object{Cluster: "c0", Group: k.Group, Version: k.Version, Kind: k.Kind, Resource: k.Resource, Name: name, Status: StatusHealthy}
+		if k.Namespaced {
+			o.Namespace = "ns0"
+		}
+		rows = append(rows, o)
+	}
+	mustNoErr(t, s.UpsertBatch(ctxb, rows))
+	admin := &Access{All: true}
+	for _, kinds := range [][]string{{"Pod"}, {flux.Kind}, {"Node"}, {"Pod", "Node"}} {
+		f := Filter{Kinds: kinds}
+		var want []string
+		for _, o := range rows {
+			if slices.Contains(kinds, o.Kind) {
+				want = append(want, o.Name)
+			}
+		}
+		for _, desc := range []bool{false, true} {
+			order := Order{Field: OrderName, Desc: desc}
+			const first = 2
+			s.mu.RLock()
+			p, err := s.x.compile(s.db.Txn(false), &f, admin)
+			mustNoErr(t, err)
+			src := p.bestSource()
+			_, _, ok, err := p.walk(src, order, nil, first, first+1)
+			s.mu.RUnlock()
+			mustNoErr(t, err)
+			if !ok {
+				t.Errorf("%v desc=%v: the walk did not find its page in %d visits", kinds, desc, first+1)
+			}
+			slices.Sort(want)
+			if desc {
+				slices.Reverse(want)
+			}
+			var got []string
+			for after := ""; len(got) < 20; {
+				page, err := s.Query(ctxb, Query{Filter: f, Order: order, First: first, After: after, Access: admin})
+				mustNoErr(t, err)
+				if page.TotalCount != len(want) {
+					t.Fatalf("%v: total %d, want %d", kinds, page.TotalCount, len(want))
+				}
+				for _, e := range page.Edges {
+					got = append(got, e.Object.Name)
+				}
+				after = page.Edges[len(page.Edges)-1].Cursor
+			}
+			if !slices.Equal(got, want[:len(got)]) {
+				t.Fatalf("%v desc=%v: %v, want %v", kinds, desc, got, want[:len(got)])
+			}
+		}
 	}
 }
 
