@@ -73,6 +73,7 @@ test-root: $(CONFORMANCE_DEPS) $(HELM) $(UI_DEPS) $(CHROMIUM)
 
 test-testenv:
 	cd testenv && $(GO) test -race -timeout 20m ./...
+	cd testenv/rbacdiff/querypath && $(GO) vet ./... && $(GO) test -race -timeout 20m ./...
 
 # cmd/fleetbench is a module of its own, so that the drivers and the
 # plotting library of the comparison stay out of the root go.mod.
@@ -172,6 +173,7 @@ test-unit: test-testenv
 lint: $(GOLANGCI_LINT)
 	$(GOLANGCI_LINT) run ./...
 	cd testenv && $(GOLANGCI_LINT) run --config ../.golangci.yml ./...
+	cd testenv/rbacdiff/querypath && $(GOLANGCI_LINT) run --config ../../../.golangci.yml ./...
 	cd cmd/fleetbench && $(GOLANGCI_LINT) run --config ../../.golangci.yml ./...
 
 $(GOLANGCI_LINT):
@@ -215,9 +217,11 @@ bench-ui: $(UI_DEPS) $(CHROMIUM)
 bench-authz:
 	$(GO) test -run '^$$' -bench '^BenchmarkAuthzSummary$$' -benchtime=1x ./authz/ | grep '^authz:'
 
-## test-rbac-full: the RBAC differential test at 1,000,000 cases (make test runs 50,000)
+## test-rbac-full: the RBAC differential tests at 1,000,000 cases (make test runs 50,000) and
+## the query-path one at 1,000,000 (policy, viewer) pairs (make test runs 10,000)
 test-rbac-full:
 	cd testenv && RBACDIFF_CASES=1000000 $(GO) test -count=1 -v -run 'Differential|Cases|Identity' -timeout 30m ./rbacdiff/
+	cd testenv/rbacdiff/querypath && RBACDIFF_QUERY_PAIRS=1000000 $(GO) test -count=1 -v -timeout 120m ./...
 
 ## bench-collector: first full sync of a real cluster holding 50,000+ objects
 bench-collector: testenv

@@ -31,7 +31,10 @@ func newKindTable(kinds []index.Kind) *kindTable {
 	t := &kindTable{byResource: make(map[string][]kindEntry, len(kinds))}
 	seen := make(map[index.GroupResource]int, len(kinds))
 	for _, k := range kinds {
-		if k.Resource == "" {
+		// RBAC rows are never listed as objects, so a grant on them
+		// shows nothing: leaving them out keeps a cluster whose only
+		// grants are on RBAC kinds out of Query.clusters.
+		if k.Resource == "" || index.IsPolicyKind(k.Group, k.Kind) {
 			continue
 		}
 		gr := index.GroupResource{Group: k.Group, Resource: k.Resource}

@@ -121,14 +121,40 @@ func (s *rowStore) row(obj any) (index.Object, bool, error) {
 	if s.kind.Group != index.RBACGroup && !s.run.filter.allows(s.kind, acc) {
 		return index.Object{}, false, nil
 	}
-	n := s.adapter.normalize(ro)
+	row, err := toRow(s.run.cfg.Cluster, s.kind, s.adapter, ro, acc)
+	return row, err == nil, err
+}
+
+// Row normalizes one object of kind into the row a reflector writes for it
+// (the namespace filter aside): the same status, message, summary, and the
+// policy of RBAC kinds. kind is the kind as discovery reports it in the
+// cluster (its resource and scope); its group and kind must be in the
+// registry. Tests outside the package use it to feed an index.Store the
+// rows the collector would write, without a cluster.
+func (r *Registry) Row(cluster string, kind index.Kind, obj runtime.Object) (index.Object, error) {
+	for _, a := range r.adapters {
+		if a.Group != kind.Group || a.Kind != kind.Kind {
+			continue
+		}
+		acc, err := meta.Accessor(obj)
+		if err != nil {
+			return index.Object{}, fmt.Errorf("%s: %w", kind.GroupKind(), err)
+		}
+		return toRow(cluster, kind, a, obj, acc)
+	}
+	return index.Object{}, fmt.Errorf("%s is not in the registry", kind.GroupKind())
+}
+
+// toRow normalizes ro with the adapter.
+func toRow(cluster string, kind index.Kind, a *Adapter, ro runtime.Object, acc metav1.Object) (index.Object, error) {
+	n := a.normalize(ro)
 	row := index.Object{
-		Cluster:         s.run.cfg.Cluster,
+		Cluster:         cluster,
 		Namespace:       acc.GetNamespace(),
-		Group:           s.kind.Group,
-		Version:         s.kind.Version,
-		Kind:            s.kind.Kind,
-		Resource:        s.kind.Resource,
+		Group:           kind.Group,
+		Version:         kind.Version,
+		Kind:            kind.Kind,
+		Resource:        kind.Resource,
 		Name:            acc.GetName(),
 		UID:             string(acc.GetUID()),
 		Labels:          acc.GetLabels(),
@@ -142,12 +168,13 @@ func (s *rowStore) row(obj any) (index.Object, bool, error) {
 		row.OwnerRefs = append(row.OwnerRefs, index.OwnerRef{Kind: o.Kind, Name: o.Name})
 	}
 	if len(n.Summary) > 0 {
+		var err error
 		row.Summary, err = json.Marshal(n.Summary)
 		if err != nil {
-			return index.Object{}, false, fmt.Errorf("%s %s: summary: %w", s.kind.GroupKind(), acc.GetName(), err)
+			return index.Object{}, fmt.Errorf("%s %s: summary: %w", kind.GroupKind(), acc.GetName(), err)
 		}
 	}
-	return row, true, nil
+	return row, nil
 }
 
 // maxMessage caps a row's message: a list column, not a log.

@@ -8,8 +8,9 @@ import (
 // Store implements Sink.
 var _ Sink = (*Store)(nil)
 
-// isPolicyKind reports whether rows of group/kind are RBAC policy rows.
-func isPolicyKind(group, kind string) bool {
+// IsPolicyKind reports whether rows of group/kind are RBAC policy rows,
+// which fill the RBAC tables and are never listed as objects.
+func IsPolicyKind(group, kind string) bool {
 	if group != RBACGroup {
 		return false
 	}
@@ -42,7 +43,7 @@ func (s *Store) Replace(ctx context.Context, cluster string, kind Kind, rows []O
 	}
 	return s.write(func(w *writeTxn) error {
 		w.recordKind(cluster, kind, true, "")
-		if isPolicyKind(kind.Group, kind.Kind) {
+		if IsPolicyKind(kind.Group, kind.Kind) {
 			return w.replacePolicy(cluster, kind.Kind, rows)
 		}
 		w.replaceObjects(cluster, kind, rows)
@@ -68,7 +69,7 @@ func (s *Store) UpsertBatch(ctx context.Context, rows []Object) error {
 		if err := validateKey(rows[i].Key()); err != nil {
 			return fmt.Errorf("index: upsert: %w", err)
 		}
-		if isPolicyKind(rows[i].Group, rows[i].Kind) {
+		if IsPolicyKind(rows[i].Group, rows[i].Kind) {
 			if _, err := policyValue(&rows[i]); err != nil {
 				return fmt.Errorf("index: upsert: %w", err)
 			}
@@ -82,7 +83,7 @@ func (s *Store) UpsertBatch(ctx context.Context, rows []Object) error {
 		}
 		for i := range rows {
 			o := &rows[i]
-			if isPolicyKind(o.Group, o.Kind) {
+			if IsPolicyKind(o.Group, o.Kind) {
 				must(w.upsertPolicy(o)) // cannot fail: validated above
 				continue
 			}
@@ -101,7 +102,7 @@ func (s *Store) Delete(ctx context.Context, key Key) error {
 		return fmt.Errorf("index: delete: %w", err)
 	}
 	s.writeGrouped(func(w *writeTxn) {
-		if isPolicyKind(key.Group, key.Kind) {
+		if IsPolicyKind(key.Group, key.Kind) {
 			w.deletePolicy(key)
 			return
 		}
@@ -115,7 +116,7 @@ func (s *Store) Delete(ctx context.Context, key Key) error {
 // hasPolicyRows reports whether any row is an RBAC policy row.
 func hasPolicyRows(rows []Object) bool {
 	for i := range rows {
-		if isPolicyKind(rows[i].Group, rows[i].Kind) {
+		if IsPolicyKind(rows[i].Group, rows[i].Kind) {
 			return true
 		}
 	}
@@ -307,7 +308,7 @@ func (s *Store) GetWatch(w *Watch, k Key) (*Object, bool) {
 	if w != nil {
 		s.ObjectsRevision(w, k.Cluster)
 	}
-	if isPolicyKind(k.Group, k.Kind) {
+	if IsPolicyKind(k.Group, k.Kind) {
 		return nil, false
 	}
 	s.mu.RLock()

@@ -54,7 +54,7 @@ func (s *Store) ApplySnapshot(ctx context.Context, cluster string, kinds []KindS
 			if err := validateKey(o.Key()); err != nil {
 				return fmt.Errorf("index: apply snapshot of %s: %w", cluster, err)
 			}
-			if isPolicyKind(o.Group, o.Kind) {
+			if IsPolicyKind(o.Group, o.Kind) {
 				if _, err := policyValue(o); err != nil {
 					return fmt.Errorf("index: apply snapshot of %s: %w", cluster, err)
 				}
@@ -67,7 +67,7 @@ func (s *Store) ApplySnapshot(ctx context.Context, cluster string, kinds []KindS
 			switch {
 			case ks.Synced:
 				w.recordKind(cluster, ks.Kind, true, "")
-				if isPolicyKind(ks.Kind.Group, ks.Kind.Kind) {
+				if IsPolicyKind(ks.Kind.Group, ks.Kind.Kind) {
 					must(w.replacePolicy(cluster, ks.Kind.Kind, ks.Rows)) // validated above
 				} else {
 					w.replaceObjects(cluster, ks.Kind, ks.Rows)
@@ -117,7 +117,7 @@ func (w *writeTxn) retireKinds(cluster string, keep map[groupKindName]bool) {
 		}
 	}
 	for gk := range gone {
-		if isPolicyKind(gk.Group, gk.Kind) {
+		if IsPolicyKind(gk.Group, gk.Kind) {
 			must(w.replacePolicy(cluster, gk.Kind, nil))
 		} else {
 			w.replaceObjects(cluster, Kind{Group: gk.Group, Kind: gk.Kind}, nil)

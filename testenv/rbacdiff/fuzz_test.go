@@ -18,7 +18,7 @@ import (
 //
 //	cd testenv && go test -run '^$' -fuzz FuzzAuthorize -fuzztime 25m ./rbacdiff/
 func FuzzAuthorize(f *testing.F) {
-	seedPolicies := seeds()
+	seedPolicies := Seeds()
 	// One corpus entry per seed policy (the first byte 0 picks a seed,
 	// the second which), then random ones.
 	for i := range seedPolicies {
@@ -52,10 +52,10 @@ func FuzzAuthorize(f *testing.F) {
 			want := OracleAllows(ctx, oracle, &a)
 			d, _ := e.Authorize(ctx, Cluster, &a)
 			if d.Allowed && !want {
-				t.Fatalf("authz allows what Kubernetes denies: %s (%s)\npolicy:\n%s", describe(&a), d.Reason, dumpPolicy(p))
+				t.Fatalf("authz allows what Kubernetes denies: %s (%s)\npolicy:\n%s", describe(&a), d.Reason, DumpPolicy(p))
 			}
 			if !d.Allowed && want {
-				t.Fatalf("authz denies what Kubernetes allows: %s\npolicy:\n%s", describe(&a), dumpPolicy(p))
+				t.Fatalf("authz denies what Kubernetes allows: %s\npolicy:\n%s", describe(&a), DumpPolicy(p))
 			}
 		}
 		az := authz.NewAuthorizer(store, authz.Options{})
@@ -72,7 +72,7 @@ func FuzzAuthorize(f *testing.F) {
 			want := OracleVisible(ctx, oracle, mapped, o)
 			if got := authz.Allows(ca, o.GR, o.Namespace, o.Name); got != want {
 				t.Fatalf("access set says %v, Kubernetes %v, for %+v as %q %q\npolicy:\n%s",
-					got, want, o, mapped.GetName(), mapped.GetGroups(), dumpPolicy(p))
+					got, want, o, mapped.GetName(), mapped.GetGroups(), DumpPolicy(p))
 			}
 		}
 	})

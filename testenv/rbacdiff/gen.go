@@ -81,9 +81,9 @@ func defaultVocabulary() *vocabulary {
 		users:             []string{"alice", "bob", "admin", "system:serviceaccount:ns1:sa1", "system:serviceaccount:ns2:sa1", "system:serviceaccount:kube-system:default", "system:anonymous", "system:kube-scheduler", "system:node:node1", ""},
 		groups:            []string{"devs", "admins", "system:authenticated", "system:unauthenticated", "system:serviceaccounts", "system:serviceaccounts:ns1", "system:masters", "system:nodes", "system:monitoring"},
 		verbs:             []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection", "escalate", "bind", "impersonate", "*", "GET", "use"},
-		apiGroups:         []string{"", "", "apps", "extensions", "*", "metrics.k8s.io", "kustomize.toolkit.fluxcd.io", "rbac.authorization.k8s.io", "policy"},
-		ruleRes:           []string{"pods", "pods/log", "pods/status", "pods/exec", "*", "*/scale", "*/status", "deployments", "deployments/scale", "namespaces", "namespaces/status", "nodes", "secrets", "configmaps", "services", "kustomizations", "clusterroles", "Pods", "pods/*"},
-		reqRes:            []string{"pods", "deployments", "namespaces", "nodes", "secrets", "configmaps", "services", "kustomizations", "clusterroles", "Pods", "replicasets", "anything"},
+		apiGroups:         []string{"", "", "apps", "extensions", "*", "metrics.k8s.io", "kustomize.toolkit.fluxcd.io", "rbac.authorization.k8s.io", "policy", "example.com"},
+		ruleRes:           []string{"pods", "pods/log", "pods/status", "pods/exec", "*", "*/scale", "*/status", "deployments", "deployments/scale", "namespaces", "namespaces/status", "nodes", "secrets", "configmaps", "services", "kustomizations", "clusterroles", "Pods", "pods/*", "widgets", "gadgets"},
+		reqRes:            []string{"pods", "deployments", "namespaces", "nodes", "secrets", "configmaps", "services", "kustomizations", "clusterroles", "Pods", "replicasets", "anything", "widgets", "gadgets"},
 		subres:            []string{"", "", "", "status", "scale", "log", "exec"},
 		names:             []string{"", "a", "b", "ns1", "cm1", "default"},
 		ruleNames:         [][]string{nil, nil, nil, {"a"}, {"a", "b"}, {""}, {"ns1"}, {"default", "cm1"}},
@@ -259,7 +259,7 @@ func (g *Gen) User(p *Policy) user.Info {
 	if bindings := bindingsOf(p); len(bindings) > 0 && g.C.Intn(3) != 0 {
 		b := bindings[g.C.Intn(len(bindings))]
 		if len(b.subjects) > 0 {
-			g.become(u, b.subjects[g.C.Intn(len(b.subjects))], b.namespace)
+			Become(u, b.subjects[g.C.Intn(len(b.subjects))], b.namespace)
 		}
 	}
 	return g.maybeMap(u)
@@ -272,8 +272,9 @@ func (g *Gen) maybeMap(u *user.DefaultInfo) user.Info {
 	return u
 }
 
-// become makes u match the subject of a binding in namespace.
-func (g *Gen) become(u *user.DefaultInfo, s rbacv1.Subject, namespace string) {
+// Become makes u match the subject of a binding in namespace. It reports
+// false for a subject of a kind that matches nobody.
+func Become(u *user.DefaultInfo, s rbacv1.Subject, namespace string) bool {
 	switch s.Kind {
 	case rbacv1.UserKind:
 		u.Name = s.Name
@@ -285,7 +286,10 @@ func (g *Gen) become(u *user.DefaultInfo, s rbacv1.Subject, namespace string) {
 			ns = namespace
 		}
 		u.Name = authz.ServiceAccountUsername(ns, s.Name)
+	default:
+		return false
 	}
+	return true
 }
 
 // binding is a RoleBinding or ClusterRoleBinding seen the same way.
@@ -339,7 +343,7 @@ func (g *Gen) Case(p *Policy) authz.Attributes {
 	b := bindings[g.C.Intn(len(bindings))]
 	u := &user.DefaultInfo{Name: g.pick(g.v.users)}
 	if len(b.subjects) > 0 {
-		g.become(u, b.subjects[g.C.Intn(len(b.subjects))], b.namespace)
+		Become(u, b.subjects[g.C.Intn(len(b.subjects))], b.namespace)
 	}
 	rules := rulesOf(p, b)
 	if len(rules) == 0 {

@@ -248,13 +248,15 @@ func OracleVisible(ctx context.Context, o *rbac.RBACAuthorizer, u user.Info, obj
 }
 
 // Universe returns every object of Kinds in the namespaces with the names,
-// plus a Namespace object per namespace.
+// plus a Namespace object per namespace. RBAC objects are not in it:
+// fleetgraph never lists them (index.IsPolicyKind), so no grant on them
+// shows anything.
 func Universe(namespaces, names []string) []Object {
 	var out []Object
 	seen := map[index.GroupResource]bool{}
 	for _, k := range Kinds() {
 		gr := index.GroupResource{Group: k.Group, Resource: k.Resource}
-		if seen[gr] {
+		if seen[gr] || index.IsPolicyKind(k.Group, k.Kind) {
 			continue
 		}
 		seen[gr] = true
