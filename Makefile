@@ -198,7 +198,8 @@ bench-scale:
 test-conformance: $(CONFORMANCE_DEPS)
 	FLEETGRAPH_CONFORMANCE=1 $(GO) test -race -count=1 -run '^(TestGraphQLOverHTTPAudits|TestGraphQLWSClient)$$' -v ./graph/
 
-## bench-graph: Q3 over HTTP and 1,000 subscribers' fan-out on the 1M-object fleet
+## bench-graph: Q3 over HTTP and 1,000 subscribers' fan-out (teams sharing namespaces and fleet-wide
+## viewers, about 100 deliveries per change) on the 1M-object fleet; FLEETGRAPH_BENCH_SUBSCRIBERS=10000 for 10,000
 bench-graph:
 	$(GO) test -run '^$$' -bench '^BenchmarkGraphFleet$$' -benchtime=1x -timeout 30m ./graph/ | grep '^graph:'
 

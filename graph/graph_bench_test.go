@@ -41,18 +41,30 @@ import (
 //     cluster: p50 and p99 of 2,000 sequential requests, each timed from
 //     sending the request to reading the answer's last byte (the client
 //     decodes and checks every answer after that);
-//   - 1,000 objectChanges subscribers with distinct identities (each may
-//     list 10 namespaces of one cluster), held by a separate client process
-//     so that the heap figure is the server's alone: the server's live heap
-//     per subscriber, and the p99 delay from commit (the row's updatedAt,
-//     stamped by the index) to the client reading the event, under 1,000
-//     changes per second to random objects of the fleet.
+//   - 1,000 objectChanges subscribers with distinct identities and
+//     overlapping access, as real teams have: 50 fleet-wide viewers (a
+//     ClusterRoleBinding) and teams of about 50 (a Group each) whose
+//     RoleBindings split every cluster's namespaces between the teams, so
+//     each change reaches the fleet-wide viewers and one team (a mean
+//     fan-out near 100). The subscribers are held by a separate client
+//     process so that the memory figure is the server's alone. Under
+//     1,000 changes per second to random objects of the fleet it reports
+//     the deliveries per second, the mean fan-out per change, the delay
+//     from commit (the row's updatedAt, stamped by the index) to the
+//     client reading the event (p50, p99), and the server's live heap
+//     plus goroutine stacks per subscriber, sampled as the churn ends with
+//     every subscription still open and receiving, over the same before
+//     any subscriber connected. It fails
+//     unless every subscriber got exactly the changes its access allows
+//     (deliveries = the sum over published changes of their audience).
 //
 // It prints one line:
 //
-//	graph: objects=1000000 http_q3_p50_us=.. http_q3_p99_us=.. subscribers=1000 changes_per_s=1000 fanout_p99_ms=.. heap_per_subscriber_kib=..
+//	graph: objects=1000000 http_q3_p50_us=.. http_q3_p99_us=.. subscribers=1000 changes_per_s=1000 deliveries_per_s=.. mean_fanout=.. delivery_p50_ms=.. delivery_p99_ms=.. heap_per_subscriber_kib=..
 //
 // changes_per_s is the rate of change events the index actually published.
+// FLEETGRAPH_BENCH_SUBSCRIBERS=10000 runs the 10,000-subscriber variant
+// (teams of about 50 still, so the fan-out stays near 100);
 // FLEETGRAPH_BENCH_SMALL=1 runs a 100k-object, 100-subscriber version for a
 // quick check.
 func BenchmarkGraphFleet(b *testing.B) {
@@ -68,9 +80,13 @@ func BenchmarkGraphFleet(b *testing.B) {
 
 	tokens := map[string]string{}
 	var csv strings.Builder
-	for _, u := range append([]string{"viewer-q3"}, benchSubscriberNames(p.subscribers)...) {
+	for i, u := range append([]string{"viewer-q3"}, benchSubscriberNames(p.subscribers)...) {
 		tokens[u] = "tok-" + u
-		fmt.Fprintf(&csv, "tok-%s,%s,uid-%s\n", u, u, u)
+		group := ""
+		if _, team := p.role(i - 1); i > 0 && team >= 0 {
+			group = benchTeam(team)
+		}
+		fmt.Fprintf(&csv, "tok-%s,%s,uid-%s,%q\n", u, u, u, group)
 	}
 	h, srv := startBenchServer(b, store, csv.String(), nil)
 
@@ -88,7 +104,7 @@ func BenchmarkGraphFleet(b *testing.B) {
 	p50, p99 := time.Duration(q3.P50*1e6), time.Duration(q3.P99*1e6)
 	b.Logf("Q3 over HTTP: p50 %v p99 %v; server CPU per query %v", p50, p99, serverCPU)
 
-	heapBefore := measure.LiveHeap()
+	heapBefore := measure.LiveHeapAndStacks()
 	if path := os.Getenv("FLEETGRAPH_BENCH_HEAPPROFILE"); path != "" {
 		f, err := os.Create(path + ".before")
 		must(b, err)
@@ -98,29 +114,37 @@ func BenchmarkGraphFleet(b *testing.B) {
 	clients.subscribe(b)
 	waitHub(b, h, p.subscribers)
 	time.Sleep(time.Second) // let the pumps compute their routes
-	heapPerSub := float64(measure.LiveHeap()-heapBefore) / float64(p.subscribers)
-	if path := os.Getenv("FLEETGRAPH_BENCH_HEAPPROFILE"); path != "" {
-		f, err := os.Create(path)
-		must(b, err)
-		must(b, pprof.Lookup("heap").WriteTo(f, 0))
-		must(b, f.Close())
-	}
-	b.Logf("server heap per subscriber: %.0f bytes", heapPerSub)
 
-	rate := benchChurn(ctx, b, store, p)
+	ch := benchChurn(ctx, b, store, p, func() {
+		heap := measure.LiveHeapAndStacks()
+		if path := os.Getenv("FLEETGRAPH_BENCH_HEAPPROFILE"); path != "" {
+			f, err := os.Create(path)
+			must(b, err)
+			must(b, pprof.Lookup("heap").WriteTo(f, 0))
+			must(b, f.Close())
+		}
+		b.Logf("server heap and stacks under churn: %d bytes over %d before subscribing", heap, heapBefore)
+		heapBefore = heap - heapBefore
+	})
+	heapPerSub := float64(heapBefore) / float64(p.subscribers)
+	clients.await(b, ch.deliveries)
 	lat := clients.stop(b)
-	b.Logf("fan-out: %d deliveries, p50 %.1f ms, p99 %.1f ms, max %.1f ms", lat.Count, lat.P50, lat.P99, lat.Max)
-	if lat.Count == 0 {
-		b.Fatal("no event reached a subscriber")
+	b.Logf("fan-out: %d deliveries of %d changes (%d expected), p50 %.1f ms, p99 %.1f ms, max %.1f ms",
+		lat.Count, ch.published, ch.deliveries, lat.P50, lat.P99, lat.Max)
+	if ch.published == 0 || lat.Count != ch.deliveries {
+		b.Fatalf("subscribers got %d events; the %d published changes had %d viewers in all", lat.Count, ch.published, ch.deliveries)
 	}
+	meanFanout := float64(ch.deliveries) / float64(ch.published)
+	deliveriesPerS := float64(ch.deliveries) / ch.elapsed.Seconds()
 
 	us := func(d time.Duration) string { return strconv.FormatFloat(float64(d.Nanoseconds())/1e3, 'f', 1, 64) }
-	fmt.Printf("graph: objects=%d http_q3_p50_us=%s http_q3_p99_us=%s subscribers=%d changes_per_s=%.0f fanout_p99_ms=%.1f heap_per_subscriber_kib=%.1f\n",
-		p.fleet.Size(), us(p50), us(p99), p.subscribers, rate, lat.P99, heapPerSub/1024)
+	fmt.Printf("graph: objects=%d http_q3_p50_us=%s http_q3_p99_us=%s subscribers=%d changes_per_s=%.0f deliveries_per_s=%.0f mean_fanout=%.1f delivery_p50_ms=%.1f delivery_p99_ms=%.1f heap_per_subscriber_kib=%.1f\n",
+		p.fleet.Size(), us(p50), us(p99), p.subscribers, ch.rate, deliveriesPerS, meanFanout, lat.P50, lat.P99, heapPerSub/1024)
 	b.ReportMetric(float64(serverCPU.Microseconds()), "q3_server_cpu_us")
 	b.ReportMetric(float64(p50.Microseconds()), "q3_p50_us")
 	b.ReportMetric(float64(p99.Microseconds()), "q3_p99_us")
-	b.ReportMetric(lat.P99, "fanout_p99_ms")
+	b.ReportMetric(lat.P99, "delivery_p99_ms")
+	b.ReportMetric(meanFanout, "mean_fanout")
 	b.ReportMetric(heapPerSub/1024, "heap_KiB/subscriber")
 }
 
@@ -180,14 +204,60 @@ type benchParams struct {
 }
 
 func benchParamsFromEnv() benchParams {
+	p := benchParams{fleet: indextest.DefaultFleet(), subscribers: 1000, rate: 1000, churnFor: 20 * time.Second, queries: 2000}
 	if os.Getenv("FLEETGRAPH_BENCH_SMALL") != "" {
-		return benchParams{
+		p = benchParams{
 			fleet:       indextest.Fleet{Clusters: 10, Namespaces: 1000, PerNamespace: 10, Seed: 1},
 			subscribers: 100, rate: 1000, churnFor: 5 * time.Second, queries: 300,
 		}
 	}
-	return benchParams{fleet: indextest.DefaultFleet(), subscribers: 1000, rate: 1000, churnFor: 20 * time.Second, queries: 2000}
+	if v := os.Getenv("FLEETGRAPH_BENCH_SUBSCRIBERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			panic("FLEETGRAPH_BENCH_SUBSCRIBERS=" + v + ": want a positive number")
+		}
+		p.subscribers = n
+	}
+	return p
 }
+
+// Subscribers' access: the first fleetWide are fleet-wide viewers; the
+// others are members of teams of about benchTeamSize, assigned in turn.
+const (
+	benchFleetWide = 50
+	benchTeamSize  = 50
+)
+
+func (p benchParams) fleetWide() int { return min(benchFleetWide, max(1, p.subscribers/20)) }
+
+func (p benchParams) teams() int {
+	return min(p.fleet.Namespaces, max(1, (p.subscribers-p.fleetWide())/benchTeamSize))
+}
+
+// role returns whether subscriber i is a fleet-wide viewer, or its team
+// (-1 for a fleet-wide viewer).
+func (p benchParams) role(i int) (fleetWide bool, team int) {
+	if i < p.fleetWide() {
+		return true, -1
+	}
+	return false, (i - p.fleetWide()) % p.teams()
+}
+
+// audience returns how many subscribers may see a change in namespace ns
+// (any cluster): the fleet-wide viewers and the members of the team the
+// namespace belongs to.
+func (p benchParams) audience() func(ns int) int {
+	members := make([]int, p.teams())
+	for i := range p.subscribers {
+		if _, team := p.role(i); team >= 0 {
+			members[team]++
+		}
+	}
+	fleetWide := p.fleetWide()
+	return func(ns int) int { return fleetWide + members[ns%p.teams()] }
+}
+
+func benchTeam(t int) string { return fmt.Sprintf("team-%03d", t) }
 
 func benchSubscriberNames(n int) []string {
 	out := make([]string, n)
@@ -199,9 +269,10 @@ func benchSubscriberNames(n int) []string {
 
 // benchIngest fills the store cluster by cluster through the Sink (Replace
 // per kind, so the kinds are recorded as discovery would), with a ClusterRole
-// that may read every fleet kind and RoleBindings for the viewers:
-// viewer-q3 in every fifth namespace (200 of 1,000) of every cluster;
-// subscriber i in 10 namespaces of cluster i mod clusters.
+// that may read every fleet kind and bindings for the viewers: viewer-q3
+// in every fifth namespace (200 of 1,000) of every cluster; the fleet-wide
+// subscribers in a ClusterRoleBinding; team t's group in the namespaces n
+// with n mod teams = t of every cluster (see benchParams.role).
 func benchIngest(ctx context.Context, s *index.Store, p benchParams) error {
 	f := p.fleet
 	rules := indextest.ReadRules()
@@ -218,14 +289,18 @@ func benchIngest(ctx context.Context, s *index.Store, p benchParams) error {
 			ns := indextest.NamespaceName(j * 5 % f.Namespaces)
 			bindings = append(bindings, binding(name, ns, "q3", index.KindClusterRole, "fleet-view", userSubject("viewer-q3")))
 		}
-		for i := c; i < p.subscribers; i += f.Clusters {
-			base := (i / f.Clusters) * 10
-			for j := range 10 {
-				ns := indextest.NamespaceName((base + j) % f.Namespaces)
-				bindings = append(bindings, binding(name, ns, fmt.Sprintf("sub-%04d", i), index.KindClusterRole, "fleet-view", userSubject(fmt.Sprintf("sub-%04d", i))))
-			}
+		for n := range f.Namespaces {
+			team := benchTeam(n % p.teams())
+			bindings = append(bindings, binding(name, indextest.NamespaceName(n), team, index.KindClusterRole, "fleet-view", groupSubject(team)))
 		}
 		if err := s.Replace(ctx, name, rbKind, bindings); err != nil {
+			return err
+		}
+		var fleetWide []index.Subject
+		for i := range p.fleetWide() {
+			fleetWide = append(fleetWide, userSubject(fmt.Sprintf("sub-%04d", i)))
+		}
+		if err := s.Replace(ctx, name, crbKind, []index.Object{binding(name, "", "fleet-wide", index.KindClusterRole, "fleet-view", fleetWide...)}); err != nil {
 			return err
 		}
 		if err := s.UpsertCluster(ctx, index.Cluster{Name: name, Mode: index.ModePull, State: index.StateConnected, Since: time.Now(), Synced: true}); err != nil {
@@ -287,36 +362,56 @@ func (q *q3Client) do(tb testing.TB) time.Duration {
 	return rtt
 }
 
+// churnResult is what benchChurn did.
+type churnResult struct {
+	rate       float64 // published changes per second
+	published  int     // changes the index published
+	deliveries int     // their audiences, summed: what the subscribers must receive
+	elapsed    time.Duration
+}
+
 // benchChurn applies changes to random objects at p.rate per second for
-// p.churnFor and returns the rate of change events actually published.
-func benchChurn(ctx context.Context, b *testing.B, s *index.Store, p benchParams) float64 {
+// p.churnFor, calls atEnd as the last changes are being delivered (a
+// sample taken halfway would put its forced collections among the timed
+// deliveries), and returns the changes the index published and the
+// deliveries they owe the subscribers.
+func benchChurn(ctx context.Context, b *testing.B, s *index.Store, p benchParams, atEnd func()) churnResult {
 	rnd := rand.New(rand.NewPCG(5, 6))
+	audience := p.audience()
 	const tick = 10 * time.Millisecond
 	perTick := max(1, p.rate/int(time.Second/tick))
-	before := s.FeedStats().Published
+	var res churnResult
 	start := time.Now()
 	next := start
 	version := 1
 	for time.Since(start) < p.churnFor {
 		// Some new versions equal the stored row (the generator's status
 		// and message can repeat), which the index does not publish: keep
-		// writing until the tick's changes are published.
-		want := s.FeedStats().Published + uint64(perTick)
-		for tries := 0; s.FeedStats().Published < want && tries < 4*perTick; tries++ {
-			must(b, s.Upsert(ctx, p.fleet.Version(rnd.IntN(p.fleet.Size()), version)))
+		// writing until the tick's changes are published, and count only
+		// those.
+		for done, tries := 0, 0; done < perTick && tries < 4*perTick; tries++ {
+			i := rnd.IntN(p.fleet.Size())
+			before := s.FeedStats().Published
+			must(b, s.Upsert(ctx, p.fleet.Version(i, version)))
 			version++
+			if s.FeedStats().Published > before {
+				done++
+				res.published++
+				res.deliveries += audience(p.fleet.NamespaceOf(i))
+			}
 		}
 		next = next.Add(tick)
 		if w := time.Until(next); w > 0 {
 			time.Sleep(w)
 		}
 	}
-	rate := float64(s.FeedStats().Published-before) / time.Since(start).Seconds()
-	if rate < 0.9*float64(p.rate) {
-		fmt.Fprintf(os.Stderr, "bench-graph: churn reached only %.0f changes/s of %d\n", rate, p.rate)
+	res.elapsed = time.Since(start)
+	res.rate = float64(res.published) / res.elapsed.Seconds()
+	atEnd()
+	if res.rate < 0.9*float64(p.rate) {
+		fmt.Fprintf(os.Stderr, "bench-graph: churn reached only %.0f changes/s of %d\n", res.rate, p.rate)
 	}
-	time.Sleep(500 * time.Millisecond) // let the last events arrive
-	return rate
+	return res
 }
 
 func waitHub(b *testing.B, h *Handler, n int) {
@@ -341,6 +436,7 @@ func waitHub(b *testing.B, h *Handler, n int) {
 //	                 answers "benchclient: q3 {...}"
 //	subscribe        open one objectChanges subscription per token of the
 //	                 tokens file; answers "benchclient: ready"
+//	count            answers "benchclient: count <events received so far>"
 //	(end of input)   close everything; answers "benchclient: stats {...}"
 type benchClients struct {
 	cmd   *exec.Cmd
@@ -390,6 +486,22 @@ func (c *benchClients) q3(b *testing.B, token string, n int) latencyStats {
 	var st latencyStats
 	must(b, json.Unmarshal([]byte(c.answer(b, "q3")), &st))
 	return st
+}
+
+// await waits until the subscribers have received n events in all, or a
+// minute has passed.
+func (c *benchClients) await(b *testing.B, n int) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := fmt.Fprintln(c.stdin, "count")
+		must(b, err)
+		got, err := strconv.Atoi(c.answer(b, "count"))
+		must(b, err)
+		if got >= n || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func (c *benchClients) subscribe(b *testing.B) {
@@ -442,6 +554,11 @@ func TestGraphBenchClients(t *testing.T) {
 			b, err := json.Marshal(timeQ3(t, url, cmd[1], n))
 			must(t, err)
 			fmt.Println("benchclient: q3 " + string(b))
+		case len(cmd) == 1 && cmd[0] == "count":
+			mu.Lock()
+			n := len(lat)
+			mu.Unlock()
+			fmt.Printf("benchclient: count %d\n", n)
 		case len(cmd) == 1 && cmd[0] == "subscribe":
 			raw, err := os.ReadFile(path)
 			must(t, err)

@@ -137,8 +137,7 @@ func (f Fleet) Object(i int) index.Object { return f.Version(i, 0) }
 // status, message and resource version the way status churn does, and
 // every eighth version also changes one label.
 func (f Fleet) Version(i, v int) index.Object {
-	per := f.PerNamespace
-	c, n := f.ClusterOf(i), (i/per)%f.Namespaces
+	c, n := f.ClusterOf(i), f.NamespaceOf(i)
 	k := Kinds[f.KindOf(i)]
 	r := rng{s: mix(f.Seed ^ uint64(i)*0x2545f4914f6cdd1d)}
 	r.next()
@@ -379,3 +378,6 @@ func (f Fleet) Changes(n int, pick func() int) []index.Object {
 
 // ClusterOf returns the number of the cluster object i belongs to.
 func (f Fleet) ClusterOf(i int) int { return i / (f.Namespaces * f.PerNamespace) }
+
+// NamespaceOf returns the namespace number of object i (see NamespaceName).
+func (f Fleet) NamespaceOf(i int) int { return (i / f.PerNamespace) % f.Namespaces }

@@ -25,3 +25,14 @@ func LiveHeap() int64 {
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapAlloc)
 }
+
+// LiveHeapAndStacks returns the live heap after a full collection plus the
+// memory of goroutine stacks: what holding goroutines (a websocket's
+// readers, writers and pumps) costs beyond their heap objects.
+func LiveHeapAndStacks() int64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc + m.StackInuse)
+}
