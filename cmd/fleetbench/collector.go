@@ -9,15 +9,19 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
+	"github.com/fleetgraph/fleetgraph/collector"
 	"github.com/fleetgraph/fleetgraph/connection"
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/index/memtables"
@@ -25,17 +29,23 @@ import (
 )
 
 // runCollector measures the first full sync of a real cluster: it starts a
-// control plane, creates the objects through the API, then times fleetgraph
-// collecting them into an index, and compares that with the time a bare
-// list of the same kinds takes, to show whether the API server or fleetgraph
-// bounds the sync.
+// control plane and creates the objects through the API, then, -runs times
+// alternating (so that neither side always meets a warmer API server),
+// times fleetgraph collecting them into a fresh index and times the floor:
+// the fastest list of the same objects a client can make with the
+// collector's own options (its clients, so protobuf for built-in kinds;
+// one goroutine per kind; resourceVersion=0, served from the watch cache;
+// every object decoded, nothing kept). It prints medians, and each side's
+// peak resident memory growth (VmHWM after resetting it, over the
+// resident set before the run), not what is left after a collection:
 //
-//	collector: objects=N sync_s=X objects_per_s=Y rss_mb=Z heap_mb=H api_list_s=L
+//	collector: objects=N runs=R sync_s=X objects_per_s=Y floor_list_s=F sync_over_floor=X/F rss_peak_mb=P floor_rss_peak_mb=Q heap_mb=H
 func runCollector(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("collector", flag.ContinueOnError)
 	namespaces := fs.Int("namespaces", 500, "namespaces to create")
 	pods := fs.Int("pods", 60, "pods per namespace")
 	services := fs.Int("services", 20, "services (each with an EndpointSlice) per namespace")
+	runs := fs.Int("runs", 3, "alternating runs of the collector and the floor list")
 	verbose := fs.Bool("v", false, "log progress to stderr")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -64,30 +74,57 @@ func runCollector(ctx context.Context, args []string) error {
 	}
 	logger.Info("seeded", "objects", res.Total, "took", time.Since(seedStart).Round(time.Second))
 
-	listTook, listed, err := bareList(ctx, c.DirectConfig)
-	if err != nil {
-		return err
-	}
-	logger.Info("bare list", "objects", listed, "took", listTook)
+	var syncs, floors, peaks, floorPeaks, heaps []float64
+	objects := 0
+	for r := range *runs {
+		var took time.Duration
+		peak, err := peakGrowth(func() error {
+			var err error
+			took, objects, err = syncOnce(ctx, c, logger, &heaps)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		logger.Info("collector", "run", r+1, "objects", objects, "took", took, "rss_peak_mb", peak/(1<<20))
+		syncs, peaks = append(syncs, took.Seconds()), append(peaks, float64(peak)/(1<<20))
 
-	runtime.GC()
-	debug.FreeOSMemory()
-	rssBefore, err := rssBytes()
-	if err != nil {
-		return err
+		var listed, rbacListed int
+		peak, err = peakGrowth(func() error {
+			var err error
+			took, listed, rbacListed, err = floorList(ctx, c.DirectConfig)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if listed != objects {
+			return fmt.Errorf("run %d: the floor listed %d objects, the collector indexed %d", r+1, listed, objects)
+		}
+		logger.Info("floor list", "run", r+1, "objects", listed, "rbac", rbacListed, "took", took, "rss_peak_mb", peak/(1<<20))
+		floors, floorPeaks = append(floors, took.Seconds()), append(floorPeaks, float64(peak)/(1<<20))
 	}
+	sync, floor := median(syncs), median(floors)
+	fmt.Printf("collector: objects=%d runs=%d sync_s=%.2f objects_per_s=%.0f floor_list_s=%.2f sync_over_floor=%.2f rss_peak_mb=%.0f floor_rss_peak_mb=%.0f heap_mb=%.0f\n",
+		objects, *runs, sync, float64(objects)/sync, floor, sync/floor, median(peaks), median(floorPeaks), median(heaps))
+	return nil
+}
 
+// syncOnce runs one first sync of the cluster into a fresh index and
+// returns its time and the objects indexed; it appends the live heap
+// holding the index afterwards to heaps.
+func syncOnce(ctx context.Context, c *testcluster.Cluster, logger *slog.Logger, heaps *[]float64) (time.Duration, int, error) {
 	store := index.New(memtables.Open)
 	mgr, err := connection.NewManager(connection.Options{Store: store, Logger: logger})
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	if err := mgr.Add(connection.Spec{Name: c.Name, Config: func(context.Context) (*rest.Config, error) { return rest.CopyConfig(c.Config), nil }}); err != nil {
-		return err
+		return 0, 0, err
 	}
 	sub, err := store.Subscribe(store.LastSeq())
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	defer sub.Close()
 	runCtx, cancel := context.WithCancel(ctx)
@@ -96,28 +133,51 @@ func runCollector(ctx context.Context, args []string) error {
 	go func() { done <- mgr.Run(runCtx) }()
 	syncErr := waitSynced(ctx, sub, c.Name)
 	took := time.Since(start)
-
-	// Steady state: what the process keeps once the sync's transient
-	// buffers are garbage and returned to the OS.
 	runtime.GC()
-	debug.FreeOSMemory()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	rssAfter, rssErr := rssBytes()
+	*heaps = append(*heaps, float64(ms.HeapAlloc)/(1<<20))
 	cancel()
-	if err := errors.Join(syncErr, rssErr, <-done); err != nil {
-		return err
+	if err := errors.Join(syncErr, <-done); err != nil {
+		return 0, 0, err
 	}
-
 	page, err := store.Query(ctx, index.Query{Filter: index.Filter{Clusters: []string{c.Name}}, First: 1, Access: &index.Access{All: true}})
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
-	objects := page.TotalCount
-	fmt.Printf("collector: objects=%d sync_s=%.2f objects_per_s=%.0f rss_mb=%.0f heap_mb=%.0f api_list_s=%.2f\n",
-		objects, took.Seconds(), float64(objects)/took.Seconds(),
-		float64(rssAfter-rssBefore)/(1<<20), float64(ms.HeapAlloc)/(1<<20), listTook.Seconds())
-	return nil
+	if page.TotalCount == 0 {
+		return 0, 0, errors.New("the sync indexed no objects")
+	}
+	return took, page.TotalCount, nil
+}
+
+// peakGrowth runs fn and returns how far the resident set peaked above
+// where it started: garbage is collected and returned to the OS first,
+// then the kernel's peak (VmHWM) is reset (clear_refs 5).
+func peakGrowth(fn func() error) (int64, error) {
+	runtime.GC()
+	debug.FreeOSMemory()
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		return 0, fmt.Errorf("reset peak RSS: %w", err)
+	}
+	before, err := procStatus("VmRSS:")
+	if err != nil {
+		return 0, err
+	}
+	if err := fn(); err != nil {
+		return 0, err
+	}
+	peak, err := procStatus("VmHWM:")
+	if err != nil {
+		return 0, err
+	}
+	return peak - before, nil
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // waitSynced waits for the cluster's first CONNECTED or DEGRADED state.
@@ -137,50 +197,90 @@ func waitSynced(ctx context.Context, sub *index.Subscription, cluster string) er
 	}
 }
 
-// bareList lists every object of the collected kinds with plain paginated
-// requests and no processing: the floor a first sync cannot beat.
-func bareList(ctx context.Context, cfg *rest.Config) (time.Duration, int, error) {
-	dyn, err := dynamic.NewForConfig(cfg)
+// floorList lists every object the collector collects (its kinds, RBAC
+// included) the fastest way the collector's own clients allow: protobuf
+// for built-in kinds (JSON for custom resources, which speak nothing
+// else), one goroutine per kind, resourceVersion=0 so the watch cache
+// answers in one response. Every object is decoded; nothing is kept. It
+// returns the objects listed apart from the RBAC ones (what the index
+// lists as objects) and the RBAC ones.
+func floorList(ctx context.Context, cfg *rest.Config) (took time.Duration, objects, rbacObjects int, err error) {
+	cl, err := collector.NewClients(cfg)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	gvrs := []schema.GroupVersionResource{
-		testcluster.GVRNamespace, testcluster.GVRPod, testcluster.GVRService, testcluster.GVREndpointSlice,
+	defer cl.HTTP.CloseIdleConnections()
+	opts := metav1.ListOptions{ResourceVersion: "0"}
+	core, rbac := cl.Kube.CoreV1(), cl.Kube.RbacV1()
+	lists := []func() (int, error){
+		func() (int, error) { l, err := core.Namespaces().List(ctx, opts); return countItems(l, err) },
+		func() (int, error) { l, err := core.Pods("").List(ctx, opts); return countItems(l, err) },
+		func() (int, error) { l, err := core.Services("").List(ctx, opts); return countItems(l, err) },
+		func() (int, error) {
+			l, err := cl.Kube.DiscoveryV1().EndpointSlices("").List(ctx, opts)
+			return countItems(l, err)
+		},
+		func() (int, error) { l, err := rbac.Roles("").List(ctx, opts); return countItems(l, err) },
+		func() (int, error) { l, err := rbac.ClusterRoles().List(ctx, opts); return countItems(l, err) },
+		func() (int, error) { l, err := rbac.RoleBindings("").List(ctx, opts); return countItems(l, err) },
+		func() (int, error) { l, err := rbac.ClusterRoleBindings().List(ctx, opts); return countItems(l, err) },
+	}
+	for _, gvr := range []schema.GroupVersionResource{
 		testcluster.GVRKustomization, testcluster.GVRHelmRelease, testcluster.GVRGitRepository,
 		testcluster.GVRVirtualService, testcluster.GVRDestRule, testcluster.GVRGateway,
+	} {
+		lists = append(lists, func() (int, error) {
+			l, err := cl.Dynamic.Resource(gvr).List(ctx, opts)
+			if err != nil {
+				return 0, fmt.Errorf("list %s: %w", gvr.Resource, err)
+			}
+			return len(l.Items), nil
+		})
 	}
 	start := time.Now()
-	n := 0
-	for _, gvr := range gvrs {
-		opts := metav1.ListOptions{Limit: 500}
-		for {
-			list, err := dyn.Resource(gvr).List(ctx, opts)
-			if err != nil {
-				return 0, 0, fmt.Errorf("list %s: %w", gvr.Resource, err)
-			}
-			n += len(list.Items)
-			if opts.Continue = list.GetContinue(); opts.Continue == "" {
-				break
-			}
+	counts := make([]int, len(lists))
+	errs := make([]error, len(lists))
+	var wg sync.WaitGroup
+	for i, list := range lists {
+		wg.Go(func() { counts[i], errs[i] = list() })
+	}
+	wg.Wait()
+	took = time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return 0, 0, 0, err
+	}
+	for i, c := range counts {
+		if i >= 4 && i < 8 { // the RBAC lists
+			rbacObjects += c
+		} else {
+			objects += c
 		}
 	}
-	return time.Since(start), n, nil
+	return took, objects, rbacObjects, nil
 }
 
-// rssBytes reads the process's resident set size.
-func rssBytes() (int64, error) {
+// countItems returns the length of a typed list.
+func countItems(l k8sruntime.Object, err error) (int, error) {
+	if err != nil {
+		return 0, err
+	}
+	return meta.LenList(l), nil
+}
+
+// procStatus reads a size field of /proc/self/status ("VmRSS:") in bytes.
+func procStatus(field string) (int64, error) {
 	data, err := os.ReadFile("/proc/self/status")
 	if err != nil {
-		return 0, fmt.Errorf("read RSS: %w", err)
+		return 0, fmt.Errorf("read /proc/self/status: %w", err)
 	}
 	for line := range strings.SplitSeq(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("parse RSS %q: %w", v, err)
+				return 0, fmt.Errorf("parse %s %q: %w", field, v, err)
 			}
 			return kb << 10, nil
 		}
 	}
-	return 0, errors.New("no VmRSS in /proc/self/status")
+	return 0, fmt.Errorf("no %s in /proc/self/status", field)
 }

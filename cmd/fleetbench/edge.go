@@ -86,7 +86,7 @@ func runEdge(ctx context.Context, args []string) error {
 	// What the edge must deliver: every object of the collected kinds the
 	// control plane lists (the seed, plus its own namespaces and the
 	// kubernetes Service).
-	_, objects, err := bareList(ctx, c.DirectConfig)
+	_, objects, _, err := floorList(ctx, c.DirectConfig)
 	if err != nil {
 		return err
 	}
