@@ -816,8 +816,12 @@ func (f *queryFleet) changes(tok, cursor string) ([]string, error) {
 	if err := send(wsMessage{Type: "connection_init", Payload: init}); err != nil {
 		return nil, err
 	}
-	if m, err := read(); err != nil || m.Type != "connection_ack" {
-		return nil, fmt.Errorf("connection_init: %+v %v", m, err)
+	m, err := read()
+	if err != nil {
+		return nil, fmt.Errorf("connection_init: %w", err)
+	}
+	if m.Type != "connection_ack" {
+		return nil, fmt.Errorf("connection_init: got %+v", m)
 	}
 	sub, _ := json.Marshal(map[string]any{
 		"query":     `subscription($after: String) { objectChanges(after: $after) { type object { ` + objectFields + ` } } }`,
