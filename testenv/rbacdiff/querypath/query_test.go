@@ -32,6 +32,7 @@ import (
 	"github.com/fleetgraph/fleetgraph/collector"
 	"github.com/fleetgraph/fleetgraph/graph"
 	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/index/memtables"
 	"github.com/fleetgraph/fleetgraph/testenv/rbacdiff"
 )
 
@@ -391,7 +392,7 @@ type queryFleet struct {
 func newQueryFleet(t *testing.T) *queryFleet {
 	t.Helper()
 	ctx := t.Context()
-	store := index.New(index.WithReplayBuffer(1 << 14))
+	store := index.New(memtables.Open, index.WithReplayBuffer(1<<14))
 	auth := &viewers{}
 	h, err := graph.NewHandler(graph.Options{
 		Store:         store,
