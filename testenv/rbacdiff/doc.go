@@ -11,4 +11,9 @@
 //
 // The number of random cases is RBACDIFF_CASES: 50,000 by default, which
 // is what `make test` runs; `make test-rbac-full` runs 1,000,000.
+//
+// These tests compare authz's answers; the nested module querypath uses
+// the same generator and oracle to check what viewers are actually shown
+// through the GraphQL handler (objects, totals, facets, clusters and
+// objectChanges).
 package rbacdiff

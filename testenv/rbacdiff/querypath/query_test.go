@@ -499,7 +499,7 @@ func kindOf(c queryCluster, key index.Key) index.Kind {
 	panic("no kind for " + key.Kind)
 }
 
-// kindFor returns the kind of a cluster (beacon included).
+// kindsOf returns the kinds of a cluster (the beacon included).
 func kindsOf(cluster string) []index.Kind {
 	if cluster == beaconCluster {
 		return []index.Kind{kBeacon}
