@@ -207,7 +207,7 @@ func overhead(m *Message) (int, error) {
 func (s *agentSession) sendSnapshot(ctx context.Context, full bool, kinds []KindState, rows []index.Object, md map[string]string) error {
 	s.snapID++
 	sn := &Snapshot{ID: s.snapID, Full: full, Kinds: kinds, Metadata: md, Rows: []json.RawMessage{}}
-	budget0, err := overhead(&Message{Type: TypeSnapshot, Seq: s.seq, Snapshot: sn})
+	budget0, err := overhead(&Message{Type: TypeSnapshot, Seq: s.sent.Load(), Snapshot: sn})
 	if err != nil {
 		return err
 	}
@@ -267,7 +267,7 @@ func kindsSize(kinds []KindState, md map[string]string) int {
 // errors go with the first message.
 func (s *agentSession) sendDelta(ctx context.Context, ups []index.Object, dels []index.Key, kinds []KindState) error {
 	d := &Delta{Kinds: kinds}
-	base, err := overhead(&Message{Type: TypeDelta, Seq: s.seq, Delta: d})
+	base, err := overhead(&Message{Type: TypeDelta, Seq: s.sent.Load(), Delta: d})
 	if err != nil {
 		return err
 	}
