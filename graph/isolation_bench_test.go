@@ -158,22 +158,16 @@ func BenchmarkIsolation(b *testing.B) {
 const isolationAttackers = 4
 
 // isolationAttackDoc is the costliest document the default limits admit:
-// as many aliased facets as MaxComplexity allows scans, each over a
-// selector of DefaultMaxSelectorTerms terms that every row matches. Each
-// term names app, which every row has, so each row's labels are read once
-// per term.
+// as many aliased facets as MaxComplexity allows scans, each over
+// costliestSelector.
 func isolationAttackDoc() []byte {
-	terms := make([]string, DefaultMaxSelectorTerms)
-	for i := range terms {
-		terms[i] = fmt.Sprintf("app!=none-%d", i)
-	}
 	var q strings.Builder
 	q.WriteString("query($s: String) {")
 	for i := range 9 { // ten do not fit (TestCostPricesScansAndLiveReads)
 		fmt.Fprintf(&q, " f%d: facets(filter: {labelSelector: $s}) { total }", i)
 	}
 	q.WriteString(" }")
-	body, err := json.Marshal(map[string]any{"query": q.String(), "variables": map[string]any{"s": strings.Join(terms, ",")}})
+	body, err := json.Marshal(map[string]any{"query": q.String(), "variables": map[string]any{"s": costliestSelector()}})
 	if err != nil {
 		panic(err)
 	}

@@ -38,6 +38,18 @@ func seedBigCluster(t testing.TB, s *index.Store, n int) {
 	must(t, s.Replace(ctx, "big", crbKind, []index.Object{binding("big", "", "cluster-admin", index.KindClusterRole, "cluster-admin", groupSubject("system:masters"))}))
 }
 
+// costliestSelector is a label selector of the most terms the default
+// limits allow that every row of the synthetic fleet matches: each term
+// names app, which every row has, so checking a row reads its labels once
+// per term.
+func costliestSelector() string {
+	terms := make([]string, DefaultMaxSelectorTerms)
+	for i := range terms {
+		terms[i] = fmt.Sprintf("app!=none-%d", i)
+	}
+	return strings.Join(terms, ",")
+}
+
 // TestNoQueryStallsTheServer plays the issue's attack on a running API
 // (real HTTP): while a collector keeps writing, attackers of two identities
 // send, from four clients at once and over and over, the costliest
@@ -56,11 +68,7 @@ func TestNoQueryStallsTheServer(t *testing.T) {
 	seedBigCluster(t, store, 50_000)
 	f := newFixtureWith(t, store)
 
-	terms := make([]string, DefaultMaxSelectorTerms)
-	for i := range terms {
-		terms[i] = fmt.Sprintf("app!=none-%d", i) // every row has app: each term loads its labels
-	}
-	selector := strings.Join(terms, ",")
+	selector := costliestSelector()
 	facets := func(aliases int) string {
 		var b strings.Builder
 		b.WriteString("query($s: String) {")
@@ -145,5 +153,25 @@ func TestNoQueryStallsTheServer(t *testing.T) {
 			t.Errorf("attackers got %s errors", code)
 		}
 	}
+	f.assertAlive()
+}
+
+// TestScansStopAtTheDeadline sends a full scan whose request deadline
+// passes while it runs: the scan stops at its next chunk and the answer is
+// DEADLINE_EXCEEDED. A scan that did not look at its context would run to
+// its end and answer the counts.
+func TestScansStopAtTheDeadline(t *testing.T) {
+	store := seededStore(t)
+	seedBigCluster(t, store, 50_000)
+	f := newFixtureWith(t, store, func(o *Options) { o.Limits.RequestTimeout = 20 * time.Millisecond })
+	status, resp := f.post("admin", `query($s: String) { facets(filter: {labelSelector: $s}) { total } }`,
+		map[string]any{"s": costliestSelector()})
+	if resp.code() != CodeDeadlineExceeded {
+		t.Fatalf("%d %s %+v; want DEADLINE_EXCEEDED", status, resp.Data, resp.Errors)
+	}
+	// Normally the deadline passes during the scan; on a loaded machine it
+	// may pass while the request still waits for its slot.
+	t.Logf("%s", resp.Errors[0].Message)
+	waitUntil(t, 5*time.Second, "the scan's slot is free", func() bool { return f.readsGauge(readScan, "running") == 0 })
 	f.assertAlive()
 }
