@@ -29,7 +29,10 @@ const module = "github.com/fleetgraph/fleetgraph"
 //   - no reflection in graph, authz or index outside tests: shared access
 //     sets are explicit (index.Resources), not detected;
 //   - the connection lifecycle does not know the cluster sources: they sit
-//     on top of it (connection/sources drives connection.Manager).
+//     on top of it (connection/sources drives connection.Manager);
+//   - replication moves index writes between processes: it may use the
+//     collecting packages but not the API (graph, authz), and no package
+//     below the root one depends on it.
 func TestDependencyBoundaries(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("the go command is not on PATH")
@@ -89,6 +92,18 @@ func TestDependencyBoundaries(t *testing.T) {
 		for _, pkg := range goList(t, "-deps", "./connection", "./connection/edge", "./collector/...") {
 			if within(pkg, module+"/connection/sources") {
 				t.Errorf("the connection lifecycle or the collector reaches %s", pkg)
+			}
+		}
+	})
+	t.Run("replication sits beside the API", func(t *testing.T) {
+		for _, pkg := range goList(t, "-deps", "./replication/...") {
+			if within(pkg, module+"/graph") || within(pkg, module+"/authz") {
+				t.Errorf("replication depends on %s", pkg)
+			}
+		}
+		for _, pkg := range goList(t, "-deps", "./index/...", "./authz/...", "./collector/...", "./connection/...", "./graph/...") {
+			if within(pkg, module+"/replication") {
+				t.Errorf("a package below the root one depends on %s", pkg)
 			}
 		}
 	})

@@ -72,6 +72,12 @@ type cluster struct {
 }
 
 func newCluster(m *Manager, spec Spec) *cluster {
+	var resume *index.Cluster
+	if m.opts.Resume != nil {
+		if row, ok := m.opts.Resume(spec.Name); ok {
+			resume = row
+		}
+	}
 	return &cluster{
 		m: m, spec: spec, signals: make(chan signal, signalBuffer),
 		state: clusterstate.New(clusterstate.Config{
@@ -79,6 +85,7 @@ func newCluster(m *Manager, spec Spec) *cluster {
 			OnTransition: func(s index.ConnectionState) {
 				m.metrics.transitions.WithLabelValues(spec.Name, string(s)).Inc()
 			},
+			Resume: resume,
 		}),
 	}
 }

@@ -41,6 +41,11 @@ type Options struct {
 	// written, never read, so anything that carries the Sink calls to an
 	// index (a *index.Store) will do.
 	Store index.Sink
+	// Resume, if set, gives the last known row of a cluster when its
+	// lifecycle starts, and the cluster's state continues from it (a
+	// replicated collector taking a cluster over from another, package
+	// replication). nil, or no row, starts the cluster afresh.
+	Resume func(cluster string) (*index.Cluster, bool)
 	// Registry lists the kinds to collect; nil means collector.NewRegistry().
 	Registry *collector.Registry
 	// Namespaces and ExcludeNamespaces filter collected objects.

@@ -18,7 +18,7 @@ func (s *Store) UpsertCluster(ctx context.Context, c Cluster) error {
 	if c.Name == "" || strings.IndexByte(c.Name, 0) >= 0 {
 		return fmt.Errorf("%w: cluster name %q", ErrInvalidRow, c.Name)
 	}
-	return s.write(func(w *writeTxn) error {
+	return s.write(0, func(w *writeTxn) error {
 		raw, err := w.mem().First(tableClusters, indexID, memKey(compoundKey(c.Name)))
 		must(err)
 		old, _ := raw.(*Cluster)
@@ -47,7 +47,7 @@ func (s *Store) RemoveCluster(ctx context.Context, name string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("index: remove cluster %q: %w", name, err)
 	}
-	return s.write(func(w *writeTxn) error {
+	return s.write(0, func(w *writeTxn) error {
 		w.removed = name
 		x := w.s.x
 		if cid, ok := x.clusters.lookup(name); ok && int(cid) < len(x.byCluster) && x.byCluster[cid] != nil {
@@ -104,6 +104,11 @@ type KindError struct {
 // ReportKindError implements Sink. It records the error on the kind; the
 // kind's rows stay as last known.
 func (s *Store) ReportKindError(ctx context.Context, cluster string, kind Kind, kerr error) error {
+	return s.reportKindError(ctx, 0, cluster, kind, kerr)
+}
+
+// reportKindError is ReportKindError at time at (0 for the clock).
+func (s *Store) reportKindError(ctx context.Context, at int64, cluster string, kind Kind, kerr error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("index: report kind error: %w", err)
 	}
@@ -114,7 +119,7 @@ func (s *Store) ReportKindError(ctx context.Context, cluster string, kind Kind, 
 	if kerr != nil {
 		msg = kerr.Error()
 	}
-	return s.write(func(w *writeTxn) error {
+	return s.write(at, func(w *writeTxn) error {
 		w.recordKind(cluster, kind, false, msg)
 		return nil
 	})
@@ -139,14 +144,21 @@ func (w *writeTxn) recordKind(cluster string, kind Kind, present bool, errMsg st
 	if errMsg != "" && nr.ErrAt == 0 {
 		nr.ErrAt = w.now
 	}
+	w.putKind(old, nr)
+}
+
+// putKind stores the kinds row nr over old (nil when there is none) unless
+// they are equal. A kind entering or leaving the kinds set (Present) is a
+// policy change: authz maps the cluster's resources from it.
+func (w *writeTxn) putKind(old, nr *kindRow) {
 	if old != nil && *old == *nr {
 		return
 	}
 	must(w.mem().Insert(tableKinds, nr))
-	w.touch(tableKinds, cluster)
+	w.touch(tableKinds, nr.Cluster)
 	if old == nil || old.Present != nr.Present || old.Kind != nr.Kind {
 		if nr.Present || (old != nil && old.Present) {
-			w.policyChanged(cluster)
+			w.policyChanged(nr.Cluster)
 		}
 	}
 }

@@ -5,9 +5,12 @@
 // It is the only source for queries and subscriptions. Everything that
 // changes it goes through the Sink interface (rows with Replace, Upsert,
 // UpsertBatch and Delete; kind errors with ReportKindError; cluster rows
-// with UpsertCluster and RemoveCluster), so that pull collectors, edge
-// sessions and, later, a replicated stream all write the same way. Every
-// row is a plain, serializable value.
+// with UpsertCluster and RemoveCluster; a whole cluster with
+// RestoreCluster), so that pull collectors, edge sessions and the
+// replicated stream (package replication) all write the same way. Every
+// row is a plain, serializable value. For replicas, SnapshotCluster reads
+// a cluster's whole state for RestoreCluster to write elsewhere, and At
+// replays another index's writes at the times that index stamped them.
 //
 // The package answers list, filter, paginate and facet queries and the
 // fleet's rebuild progress (Fleet: "Rebuilding indices... 35/100

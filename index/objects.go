@@ -25,6 +25,11 @@ func IsPolicyKind(group, kind string) bool {
 // kind in the cluster, writes only what changed, deletes what is missing,
 // records the kind as present and clears its error, all in one commit.
 func (s *Store) Replace(ctx context.Context, cluster string, kind Kind, rows []Object) error {
+	return s.replace(ctx, 0, cluster, kind, rows)
+}
+
+// replace is Replace at time at (0 for the clock).
+func (s *Store) replace(ctx context.Context, at int64, cluster string, kind Kind, rows []Object) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("index: replace %s in %s: %w", kind.GroupKind(), cluster, err)
 	}
@@ -41,7 +46,7 @@ func (s *Store) Replace(ctx context.Context, cluster string, kind Kind, rows []O
 	if cluster == "" || kind.Kind == "" {
 		return fmt.Errorf("%w: Replace needs a cluster and a kind", ErrInvalidRow)
 	}
-	return s.write(func(w *writeTxn) error {
+	return s.write(at, func(w *writeTxn) error {
 		w.recordKind(cluster, kind, true, "")
 		if IsPolicyKind(kind.Group, kind.Kind) {
 			return w.replacePolicy(cluster, kind.Kind, rows)
@@ -62,6 +67,11 @@ func (s *Store) Upsert(ctx context.Context, row Object) error {
 // written. Concurrent Upserts and Deletes may share a commit (see
 // writeGrouped); the rows of one call are always applied together.
 func (s *Store) UpsertBatch(ctx context.Context, rows []Object) error {
+	return s.upsertBatch(ctx, 0, rows)
+}
+
+// upsertBatch is UpsertBatch at time at (0 for the clock).
+func (s *Store) upsertBatch(ctx context.Context, at int64, rows []Object) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("index: upsert: %w", err)
 	}
@@ -75,7 +85,7 @@ func (s *Store) UpsertBatch(ctx context.Context, rows []Object) error {
 			}
 		}
 	}
-	s.writeGrouped(func(w *writeTxn) {
+	s.writeGrouped(at, func(w *writeTxn) {
 		if !hasPolicyRows(rows) {
 			if _, ok := w.upsertBulk(rows); ok {
 				return
@@ -101,7 +111,7 @@ func (s *Store) Delete(ctx context.Context, key Key) error {
 	if err := validateKey(key); err != nil {
 		return fmt.Errorf("index: delete: %w", err)
 	}
-	s.writeGrouped(func(w *writeTxn) {
+	s.writeGrouped(0, func(w *writeTxn) {
 		if IsPolicyKind(key.Group, key.Kind) {
 			w.deletePolicy(key)
 			return
@@ -155,7 +165,9 @@ func (w *writeTxn) putRow(o *Object, old *objRow, ids []uint32) *objRow {
 		return nil
 	}
 	r := x.buildRow(o, ids)
-	r.updated = w.now
+	if !w.restore {
+		r.updated = w.now
+	}
 	cluster := x.clusters.str(r.cid)
 	if old == nil {
 		x.insertRow(r)
@@ -269,6 +281,14 @@ func (w *writeTxn) replaceObjects(cluster string, kind Kind, rows []Object) {
 			})
 		}
 	}
+	w.setObjects(stale, rows)
+}
+
+// setObjects writes rows, which must be object rows, and deletes the rows
+// of stale (row ids) that rows do not name: the stored rows of a scope
+// become rows.
+func (w *writeTxn) setObjects(stale map[uint32]struct{}, rows []Object) {
+	x := w.s.x
 	olds, ok := w.upsertBulk(rows)
 	if !ok {
 		// Later duplicates of a key win, as they would in a sequence of

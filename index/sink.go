@@ -13,7 +13,9 @@ import "context"
 // Each call is applied atomically, in one commit with its change events,
 // and is idempotent: applying the same call again changes nothing and
 // publishes nothing. The index stamps UpdatedAt of changed rows with the
-// time it observed the change; callers leave it zero.
+// time it observed the change; callers leave it zero. (A replica replaying
+// another index's calls writes through Store.At, with the time the other
+// index stamped, so that both end with the same rows.)
 //
 // Policy rows (group RBACGroup, RBAC kinds) go through the same row calls
 // and land in the RBAC tables instead of the objects table.
@@ -36,6 +38,11 @@ type Sink interface {
 	// kinds it does not list. Edge snapshots arrive this way, so that a
 	// snapshot is applied all or nothing across its kinds.
 	ApplySnapshot(ctx context.Context, cluster string, kinds []KindSnapshot, retire bool) error
+	// RestoreCluster makes the index's state of one cluster exactly a
+	// snapshot another index took (Store.SnapshotCluster): rows keep the
+	// UpdatedAt they carry. It is how a replica loads a cluster without
+	// replaying its history.
+	RestoreCluster(ctx context.Context, snap ClusterSnapshot) error
 }
 
 // RowSink is the part of Sink that carries one cluster's collected kinds:

@@ -26,6 +26,11 @@ type KindSnapshot struct {
 // Every row and kind is validated before anything is written; an invalid
 // one (ErrInvalidRow) fails the whole call and changes nothing.
 func (s *Store) ApplySnapshot(ctx context.Context, cluster string, kinds []KindSnapshot, retire bool) error {
+	return s.applySnapshot(ctx, 0, cluster, kinds, retire)
+}
+
+// applySnapshot is ApplySnapshot at time at (0 for the clock).
+func (s *Store) applySnapshot(ctx context.Context, at int64, cluster string, kinds []KindSnapshot, retire bool) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("index: apply snapshot of %s: %w", cluster, err)
 	}
@@ -61,7 +66,7 @@ func (s *Store) ApplySnapshot(ctx context.Context, cluster string, kinds []KindS
 			}
 		}
 	}
-	return s.write(func(w *writeTxn) error {
+	return s.write(at, func(w *writeTxn) error {
 		for i := range kinds {
 			ks := &kinds[i]
 			switch {

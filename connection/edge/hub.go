@@ -101,6 +101,10 @@ type HubOptions struct {
 	IsPull func(cluster string) bool
 	// Fallback answers RESTConfig for clusters no edge ever claimed.
 	Fallback RESTConfigSource
+	// Resume, if set, gives the last known row of a cluster when an edge
+	// first claims it here, and the cluster's state continues from it
+	// (another manager replica held it before; package replication).
+	Resume func(cluster string) (*index.Cluster, bool)
 	// Registerer, if set, receives the hub's metrics.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -378,11 +382,18 @@ func (h *Hub) acquire(s *session) error {
 		h.mu.Lock()
 		c := h.claims[cluster]
 		if c == nil {
+			var resume *index.Cluster
+			if h.opts.Resume != nil {
+				if row, ok := h.opts.Resume(cluster); ok {
+					resume = row
+				}
+			}
 			c = &claim{state: clusterstate.New(clusterstate.Config{
 				Name: cluster, Mode: index.ModePush, Sink: h.opts.Store, Logger: h.opts.Logger,
 				OnTransition: func(s index.ConnectionState) {
 					h.metrics.transitions.WithLabelValues(cluster, string(s)).Inc()
 				},
+				Resume: resume,
 			})}
 			h.claims[cluster] = c
 		}

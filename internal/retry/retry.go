@@ -44,6 +44,15 @@ const (
 	// installing the CRD later needs no restart, and a discovery request
 	// every 10 s is nothing to the API server.
 	SourceResourceEvery = 10 * time.Second
+	// PublishInitial is the first wait before a replication publish to
+	// NATS JetStream is retried: a publish fails while the stream elects a
+	// new leader (a NATS server died), which takes a second or two, and
+	// the retry should land soon after.
+	PublishInitial = 50 * time.Millisecond
+	// PublishMax caps it: every owned cluster of a collector retries at
+	// once during an election, and a wait of 2 s spreads them while still
+	// catching the new leader within about the election's time.
+	PublishMax = 2 * time.Second
 	// ReconnectJitter spreads reconnects by ±20%: enough to break up a
 	// crowd, little enough that a retry is not much later than planned.
 	ReconnectJitter = 0.2
@@ -59,6 +68,9 @@ var (
 	KindList = Policy{Initial: KindListInitial, Max: KindListMax, Jitter: KindListJitter}
 	// EdgeLocal paces an edge's retries of its local API server.
 	EdgeLocal = Policy{Initial: EdgeLocalInitial, Max: EdgeLocalMax, Jitter: ReconnectJitter}
+	// Publish paces retries of a replication publish (package
+	// replication).
+	Publish = Policy{Initial: PublishInitial, Max: PublishMax, Jitter: ReconnectJitter}
 	// SourceResource paces a cluster source's look for its resource: a
 	// steady interval, since nothing is failing that backing off would
 	// spare.

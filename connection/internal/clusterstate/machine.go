@@ -37,6 +37,12 @@ type Config struct {
 	// OnTransition, if set, is called with the state entered on each
 	// transition (the callers count them in their metrics).
 	OnTransition func(index.ConnectionState)
+	// Resume, if set, is the cluster's row as another owner of the
+	// cluster last wrote it (a replicated collector taking the cluster
+	// over, see package replication): the machine continues from it, as
+	// if it had written it, instead of starting afresh. Labels and Mode
+	// still come from this Config.
+	Resume *index.Cluster
 }
 
 // KindStatus is a connection's word on one kind: Err is empty when the kind
@@ -101,6 +107,12 @@ func New(cfg Config) *Machine {
 	}
 	m.log = m.log.With("cluster", cfg.Name)
 	m.row = index.Cluster{Name: cfg.Name, Labels: maps.Clone(cfg.Labels), Mode: cfg.Mode}
+	if r := cfg.Resume; r != nil {
+		m.row.State, m.row.Since, m.row.LastError, m.row.Synced = r.State, r.Since, r.LastError, r.Synced
+		m.row.Metadata = maps.Clone(r.Metadata)
+		m.lastSeen = r.LastSeen
+		m.wrote, m.written = *r, true
+	}
 	return m
 }
 

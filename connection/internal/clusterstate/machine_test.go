@@ -340,3 +340,44 @@ func TestSetLabels(t *testing.T) {
 		t.Error("the same labels again wrote a row")
 	}
 }
+
+// TestResume: a machine that takes a cluster over from another owner
+// continues from the row that owner left. An outage it inherits stays one
+// outage (no new DISCONNECTED, Since kept); a live row is replaced through
+// CONNECTING, and Synced and the metadata survive, so the fleet's progress
+// does not count the cluster as rebuilding again.
+func TestResume(t *testing.T) {
+	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		name   string
+		state  index.ConnectionState
+		states string // rows written, in order
+	}{
+		{"inherited outage", index.StateDisconnected, "[DISCONNECTED CONNECTED]"},
+		{"live row", index.StateConnected, "[CONNECTED CONNECTING CONNECTED]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{store: index.New(memtables.Open)}
+			prev := index.Cluster{
+				Name: "c1", Mode: index.ModePull, State: tc.state, Since: since, LastSeen: since,
+				LastError: "collector-a stopped", Synced: true, Metadata: map[string]string{"kubernetes.version": "v1.35.4"},
+			}
+			if err := rec.UpsertCluster(t.Context(), prev); err != nil {
+				t.Fatal(err)
+			}
+			m := New(Config{Name: "c1", Mode: index.ModePull, Sink: rec, Resume: &prev})
+			gen := m.Connect(t.Context(), true, nil)
+			row, _ := rec.store.GetCluster(nil, "c1")
+			if !row.Synced || row.Metadata["kubernetes.version"] != "v1.35.4" {
+				t.Fatalf("after Connect: %+v", row)
+			}
+			if tc.state == index.StateDisconnected && (!row.Since.Equal(since) || row.State != index.StateDisconnected) {
+				t.Fatalf("an inherited outage became %s since %s", row.State, row.Since)
+			}
+			m.Report(t.Context(), gen, Report{Synced: true})
+			if got := fmt.Sprint(rec.states()); got != tc.states {
+				t.Fatalf("rows %s, want %s", got, tc.states)
+			}
+		})
+	}
+}

@@ -1,0 +1,225 @@
+package index
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// ClusterSnapshot is everything the index holds about one cluster: its
+// row, what it recorded about each kind, and every object and RBAC row.
+// SnapshotCluster reads one and RestoreCluster writes one, so that another
+// index (a replica, or a collector taking a cluster over) can be brought to
+// the same state without replaying the writes that built it.
+//
+// Values read from the index share memory with it and must not be
+// mutated.
+type ClusterSnapshot struct {
+	Name string
+	// Cluster is the cluster row; nil when the index has none.
+	Cluster *Cluster
+	// Kinds are the kinds Replace and ReportKindError recorded, ordered by
+	// group and kind.
+	Kinds []KindState
+	// Rows are the cluster's object and RBAC rows in key order. Object
+	// rows carry the UpdatedAt the index stamped; RBAC rows carry their
+	// identity and Policy only, which is all the index keeps of them.
+	Rows []Object
+}
+
+// KindState is what the index recorded about one kind of a cluster.
+type KindState struct {
+	Kind Kind
+	// Present is true once a Replace of the kind succeeded.
+	Present bool
+	// Error is the kind's current collection error, "" when there is
+	// none, and ErrorSince when it was first reported.
+	Error      string
+	ErrorSince time.Time
+}
+
+// policyResource is the resource of each RBAC kind, for the rows a
+// snapshot rebuilds from the RBAC tables.
+var policyResource = map[string]string{
+	KindRole: "roles", KindClusterRole: "clusterroles",
+	KindRoleBinding: "rolebindings", KindClusterRoleBinding: "clusterrolebindings",
+}
+
+// SnapshotCluster returns the cluster's state as one consistent read. A
+// cluster the index does not know gives a snapshot with only Name set.
+func (s *Store) SnapshotCluster(name string) ClusterSnapshot {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	txn := s.db.Txn(false)
+	snap := ClusterSnapshot{Name: name}
+	raw, err := txn.First(tableClusters, indexID, memKey(compoundKey(name)))
+	must(err)
+	if c, ok := raw.(*Cluster); ok {
+		snap.Cluster = c
+	}
+	it, err := txn.Get(tableKinds, indexIDPrefix, memKey(compoundKey(name)))
+	must(err)
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		k := raw.(*kindRow)
+		snap.Kinds = append(snap.Kinds, KindState{Kind: k.Kind, Present: k.Present, Error: k.Err, ErrorSince: fromUnixNano(k.ErrAt)})
+	}
+	x := s.x
+	if cid, ok := x.clusters.lookup(name); ok && int(cid) < len(x.byCluster) && x.byCluster[cid] != nil {
+		x.byCluster[cid].rows.each(func(rid uint32) bool {
+			var o Object
+			x.fillObject(&o, x.rows[rid])
+			snap.Rows = append(snap.Rows, o)
+			return true
+		})
+	}
+	for _, kind := range []string{KindRole, KindClusterRole, KindRoleBinding, KindClusterRoleBinding} {
+		it, err := txn.Get(policyTable(kind), indexIDPrefix, memKey(compoundKey(name)))
+		must(err)
+		for raw := it.Next(); raw != nil; raw = it.Next() {
+			o := Object{Cluster: name, Group: RBACGroup, Version: "v1", Kind: kind, Resource: policyResource[kind]}
+			switch v := raw.(type) {
+			case *Role:
+				o.Namespace, o.Name, o.Policy = v.Namespace, v.Name, &Policy{Rules: v.Rules}
+			case *Binding:
+				o.Namespace, o.Name, o.Policy = v.Namespace, v.Name, &Policy{RoleRef: v.RoleRef, Subjects: v.Subjects}
+			}
+			snap.Rows = append(snap.Rows, o)
+		}
+	}
+	sortRowsByKey(snap.Rows)
+	return snap
+}
+
+// sortRowsByKey orders rows by group, kind, namespace and name, which
+// keeps rows of one kind and namespace together.
+func sortRowsByKey(rows []Object) {
+	type keyed struct {
+		key string
+		i   int
+	}
+	keys := make([]keyed, len(rows))
+	for i := range rows {
+		keys[i] = keyed{objectKey(rows[i].Key()), i}
+	}
+	slices.SortFunc(keys, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
+	out := make([]Object, len(rows))
+	for i, k := range keys {
+		out[i] = rows[k.i]
+	}
+	copy(rows, out)
+}
+
+// RestoreCluster implements Sink. It makes the index's state of one
+// cluster exactly snap, in one commit: rows not in snap are deleted, the
+// others written with the UpdatedAt they carry, kinds and their errors set
+// as recorded, and the cluster row written (or removed when snap has
+// none). As with the other writes, what is already equal produces no
+// event, so restoring the state the index has changes nothing.
+func (s *Store) RestoreCluster(ctx context.Context, snap ClusterSnapshot) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("index: restore cluster %q: %w", snap.Name, err)
+	}
+	name := snap.Name
+	if name == "" || strings.IndexByte(name, 0) >= 0 {
+		return fmt.Errorf("%w: cluster name %q", ErrInvalidRow, name)
+	}
+	if snap.Cluster != nil && snap.Cluster.Name != name {
+		return fmt.Errorf("%w: restore of cluster %q carries the row of cluster %q", ErrInvalidRow, name, snap.Cluster.Name)
+	}
+	kinds := make(map[groupKindName]*kindRow, len(snap.Kinds))
+	for _, k := range snap.Kinds {
+		gk := groupKindName{Group: k.Kind.Group, Kind: k.Kind.Kind}
+		if k.Kind.Kind == "" || strings.IndexByte(k.Kind.Group+k.Kind.Kind, 0) >= 0 {
+			return fmt.Errorf("%w: restore of cluster %q: invalid kind %q", ErrInvalidRow, name, k.Kind.GroupKind())
+		}
+		if kinds[gk] != nil {
+			return fmt.Errorf("%w: restore of cluster %q: kind %s twice", ErrInvalidRow, name, k.Kind.GroupKind())
+		}
+		kinds[gk] = &kindRow{Cluster: name, Kind: k.Kind, Present: k.Present, Err: k.Error, ErrAt: unixNano(k.ErrorSince)}
+	}
+	var objects []Object
+	policies := map[string][]Object{}
+	for i := range snap.Rows {
+		o := &snap.Rows[i]
+		if o.Cluster != name {
+			return fmt.Errorf("%w: %s: restore of cluster %q got a row of another cluster", ErrInvalidRow, o.Key(), name)
+		}
+		if err := validateKey(o.Key()); err != nil {
+			return fmt.Errorf("index: restore cluster %q: %w", name, err)
+		}
+		if !IsPolicyKind(o.Group, o.Kind) {
+			objects = append(objects, *o)
+			continue
+		}
+		if _, err := policyValue(o); err != nil {
+			return fmt.Errorf("index: restore cluster %q: %w", name, err)
+		}
+		policies[o.Kind] = append(policies[o.Kind], *o)
+	}
+	return s.write(0, func(w *writeTxn) error {
+		w.restore = true
+		x := w.s.x
+		stale := map[uint32]struct{}{}
+		if cid, ok := x.clusters.lookup(name); ok && int(cid) < len(x.byCluster) && x.byCluster[cid] != nil {
+			x.byCluster[cid].rows.each(func(rid uint32) bool {
+				stale[rid] = struct{}{}
+				return true
+			})
+		}
+		w.setObjects(stale, objects)
+		for _, kind := range []string{KindRole, KindClusterRole, KindRoleBinding, KindClusterRoleBinding} {
+			must(w.replacePolicy(name, kind, policies[kind])) // validated above
+		}
+		w.restoreKinds(name, kinds)
+		w.restoreClusterRow(name, snap.Cluster)
+		return nil
+	})
+}
+
+// restoreKinds makes the kinds rows of a cluster exactly kinds.
+func (w *writeTxn) restoreKinds(cluster string, kinds map[groupKindName]*kindRow) {
+	it, err := w.mem().Get(tableKinds, indexIDPrefix, memKey(compoundKey(cluster)))
+	must(err)
+	var gone []*kindRow
+	olds := map[groupKindName]*kindRow{}
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		k := raw.(*kindRow)
+		gk := groupKindName{Group: k.Kind.Group, Kind: k.Kind.Kind}
+		if kinds[gk] == nil {
+			gone = append(gone, k)
+		} else {
+			olds[gk] = k
+		}
+	}
+	for _, k := range gone {
+		must(w.mem().Delete(tableKinds, k))
+		w.touch(tableKinds, cluster)
+		if k.Present {
+			w.policyChanged(cluster)
+		}
+	}
+	for gk, nr := range kinds {
+		w.putKind(olds[gk], nr)
+	}
+}
+
+// restoreClusterRow writes the cluster row c, or removes the stored one
+// when c is nil.
+func (w *writeTxn) restoreClusterRow(name string, c *Cluster) {
+	raw, err := w.mem().First(tableClusters, indexID, memKey(compoundKey(name)))
+	must(err)
+	old, _ := raw.(*Cluster)
+	switch {
+	case c == nil && old != nil:
+		must(w.mem().Delete(tableClusters, old))
+		w.emit(&Event{Type: EventClusterRemoved, Cluster: name, PreviousCluster: old})
+		w.touch(tableClusters, name)
+	case c != nil && (old == nil || !equalClusters(old, c)):
+		nc := *c
+		must(w.mem().Insert(tableClusters, &nc))
+		w.emit(&Event{Type: EventCluster, Cluster: name, ClusterRow: &nc, PreviousCluster: old})
+		w.touch(tableClusters, name)
+	}
+}
