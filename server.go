@@ -21,6 +21,7 @@ import (
 	"github.com/fleetgraph/fleetgraph/graph"
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/index/memtables"
+	"github.com/fleetgraph/fleetgraph/replication"
 )
 
 // DefaultShutdownTimeout bounds how long Run waits, once its context ends,
@@ -77,6 +78,11 @@ type Config struct {
 	// Ready are set by New.
 	Graph graph.Options
 
+	// Replication, if set, makes this server one process of a replicated
+	// fleetgraph over NATS JetStream (a collector, a query replica, or
+	// both); nil is the single process, with no NATS at all.
+	Replication *Replication
+
 	// Registry receives every metric and is served at /metrics; nil means
 	// a new registry.
 	Registry *prometheus.Registry
@@ -92,10 +98,12 @@ type Server struct {
 	manager  *connection.Manager
 	registry *sources.Registry
 	sources  []sources.Source
-	stopping *atomic.Bool // set when Run's context ends: /readyz fails from then on
-	edges    *edge.Hub    // nil without EdgeTokens
-	handler  *graph.Handler
+	stopping *atomic.Bool   // set when Run's context ends: /readyz fails from then on
+	edges    *edge.Hub      // nil without EdgeTokens
+	repl     *replicated    // nil for the single process
+	handler  *graph.Handler // nil on a collector
 	root     http.Handler
+	scrape   http.Handler // /metrics without authentication
 	logger   *slog.Logger
 	// shutdownTimeout is Config.ShutdownTimeout with its default.
 	shutdownTimeout time.Duration
@@ -106,7 +114,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ShutdownTimeout < 0 {
 		return nil, errors.New("fleetgraph: Config.ShutdownTimeout must not be negative")
 	}
-	if cfg.Authenticator == nil {
+	if cfg.Authenticator == nil && (cfg.Replication == nil || cfg.Replication.Role != RoleCollector) {
 		return nil, errors.New("fleetgraph: Config.Authenticator is required (anonymous access must be explicit)")
 	}
 	if cfg.Logger == nil {
@@ -121,19 +129,40 @@ func New(cfg Config) (*Server, error) {
 	}
 
 	store := index.New(memtables.Open)
+	var sink index.Sink = store
+	var repl *replicated
+	if cfg.Replication != nil {
+		if repl, err = newReplicated(cfg, store); err != nil {
+			return nil, err
+		}
+		sink = repl.node // writes go to the stream through the node
+	}
 	copts := cfg.Connection
-	copts.Store, copts.Registry, copts.Logger, copts.Registerer = store, registry, cfg.Logger, cfg.Registry
+	copts.Store, copts.Registry, copts.Logger, copts.Registerer = sink, registry, cfg.Logger, cfg.Registry
 	copts.Namespaces, copts.ExcludeNamespaces, copts.Relist = cfg.Namespaces, cfg.ExcludeNamespaces, cfg.Relist
+	if repl != nil {
+		copts.Resume = resume(store)
+	}
 	manager, err := connection.NewManager(copts)
 	if err != nil {
 		return nil, err
 	}
+	var fleet sources.Fleet = manager
+	if repl != nil && repl.collects() {
+		repl.collector, err = replication.NewCollector(replication.CollectorOptions{
+			Node: repl.node, Manager: manager, Leases: repl.cfg.Leases, Registerer: cfg.Registry, Logger: cfg.Logger,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("fleetgraph: %w", err)
+		}
+		fleet = repl.collector // it adds to the manager what it owns
+	}
 	for _, spec := range cfg.Clusters {
-		if err := manager.Add(spec); err != nil {
+		if err := fleet.Add(spec); err != nil {
 			return nil, err
 		}
 	}
-	claims := sources.NewRegistry(manager, cfg.Logger)
+	claims := sources.NewRegistry(fleet, cfg.Logger)
 	for _, src := range cfg.Sources {
 		claims.Expect(src.Name())
 	}
@@ -145,10 +174,35 @@ func New(cfg Config) (*Server, error) {
 		eopts.Store, eopts.Tokens, eopts.Fallback = store, cfg.EdgeTokens, manager
 		eopts.Registerer, eopts.Logger = cfg.Registry, cfg.Logger
 		eopts.IsPull = func(name string) bool { return slices.Contains(manager.Clusters(), name) }
+		if repl != nil {
+			eopts.Store = edgeStore{Sink: sink, reads: store}
+			eopts.IsPull, eopts.Claims, eopts.Resume = repl.collector.IsPull, repl.collector, resume(store)
+		}
 		if edges, err = edge.NewHub(eopts); err != nil {
 			return nil, err
 		}
 		leaf = edges // push clusters through their edge, the rest through the manager
+		if repl != nil {
+			repl.collector.UseHub(edges)
+		}
+	}
+	stopping := &atomic.Bool{}
+	if repl != nil {
+		// Details go to whichever collector holds the cluster.
+		leaf = replication.NewDetails(repl.cfg.Conn, repl.cfg.Prefix)
+		if !repl.serves() {
+			ready := func() error {
+				if stopping.Load() {
+					return errors.New("shutting down")
+				}
+				return errors.Join(repl.node.Ready(), claims.Ready())
+			}
+			return &Server{
+				store: store, manager: manager, registry: claims, sources: cfg.Sources, stopping: stopping,
+				edges: edges, repl: repl, root: collectorHandler(edges, ready), scrape: scrapeHandler(cfg), logger: cfg.Logger,
+				shutdownTimeout: cmp.Or(cfg.ShutdownTimeout, DefaultShutdownTimeout),
+			}, nil
+		}
 	}
 
 	az := authz.NewAuthorizer(store, cfg.Authz)
@@ -160,12 +214,17 @@ func New(cfg Config) (*Server, error) {
 	}
 	gopts.Registry, gopts.Logger = cfg.Registry, cfg.Logger
 	// Ready once every source has listed once and every cluster has
-	// synced or reported why it cannot; not ready again once stopping, so
-	// that load balancers send nothing new while websockets are closed.
-	stopping := &atomic.Bool{}
+	// synced or reported why it cannot (and, replicated, once caught up
+	// with the stream); not ready again once stopping, so that load
+	// balancers send nothing new while websockets are closed.
 	gopts.Ready = func(context.Context) error {
 		if stopping.Load() {
 			return errors.New("shutting down")
+		}
+		if repl != nil {
+			if err := repl.node.Ready(); err != nil {
+				return err
+			}
 		}
 		if err := claims.Ready(); err != nil {
 			return err
@@ -188,7 +247,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	return &Server{
 		store: store, authz: az, manager: manager, registry: claims, sources: cfg.Sources, stopping: stopping,
-		edges: edges, handler: h, root: root, logger: cfg.Logger,
+		edges: edges, repl: repl, handler: h, root: root, scrape: h.MetricsHandler(), logger: cfg.Logger,
 		shutdownTimeout: cmp.Or(cfg.ShutdownTimeout, DefaultShutdownTimeout),
 	}, nil
 }
@@ -203,7 +262,7 @@ func (s *Server) Handler() http.Handler { return s.root }
 // MetricsHandler serves /metrics without authentication, for a listener
 // only scrapers reach; on Handler, /metrics is for fleet admins only,
 // because its labels name every cluster.
-func (s *Server) MetricsHandler() http.Handler { return s.handler.MetricsHandler() }
+func (s *Server) MetricsHandler() http.Handler { return s.scrape }
 
 // Edges is the push-mode hub, nil without EdgeTokens.
 func (s *Server) Edges() *edge.Hub { return s.edges }
@@ -249,11 +308,17 @@ func (s *Server) Run(ctx context.Context) error {
 	go func() {
 		<-ctx.Done()
 		s.stopping.Store(true)
+		if s.handler == nil {
+			closed <- nil
+			return
+		}
 		closeCtx, cancelClose := context.WithTimeout(context.Background(), s.shutdownTimeout)
 		defer cancelClose()
 		closed <- s.handler.Close(closeCtx)
 	}()
-	err := errors.Join(s.manager.Run(ctx), <-edgeErr, <-srcErr)
+	replErr := make(chan error, 1)
+	go func() { replErr <- s.repl.run(ctx, cancel) }()
+	err := errors.Join(s.manager.Run(ctx), <-edgeErr, <-srcErr, <-replErr)
 	cancel()
 	return errors.Join(err, <-closed)
 }

@@ -57,6 +57,7 @@ type serveFlags struct {
 	originPatterns    []string
 	allowAnonymous    bool
 	timeouts          timeoutFlags
+	replication       replicationFlags
 
 	// Set by demo, not flags: a listener already open (so the URL can be
 	// printed before the clusters start), and routes around the API that
@@ -108,6 +109,7 @@ func (t *timeoutFlags) register(fl *pflag.FlagSet) {
 func (f *serveFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	f.scopeFlags.register(fl)
+	f.replication.register(fl)
 	fl.StringVar(&f.listen, "listen", ":8080", "address to serve the API on")
 	fl.StringVar(&f.metricsListen, "metrics-listen", "", "also serve /metrics without authentication on this address, for scrapers (on --listen, /metrics is for --admin-group members only: its labels name every cluster)")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig whose contexts are the clusters (default $KUBECONFIG or ~/.kube/config)")
@@ -152,8 +154,10 @@ At least one authenticator (--tokens-file, --oidc-issuer or
 --requestheader-client-ca-file) is required.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := f.defaultSources(); err != nil {
-				return err
+			if f.replication.role != string(fleetgraph.RoleQuery) { // a query replica collects nothing
+				if err := f.defaultSources(); err != nil {
+					return err
+				}
 			}
 			return serve(cmd.Context(), &f, nil)
 		},
@@ -165,9 +169,17 @@ At least one authenticator (--tokens-file, --oidc-issuer or
 // serve runs a fleetgraph server for the given clusters until ctx ends.
 func serve(ctx context.Context, f *serveFlags, specs []connection.Spec) error {
 	f.timeouts = f.timeouts.orDefaults()
-	authn, tokens, err := f.authenticator(ctx)
+	repl, closeRepl, err := f.replication.setup(f.managementConfig)
 	if err != nil {
 		return err
+	}
+	defer closeRepl()
+	var authn authz.Authenticator
+	var tokens *authz.TokenFile
+	if repl == nil || repl.Role != fleetgraph.RoleCollector { // a collector serves no queries
+		if authn, tokens, err = f.authenticator(ctx); err != nil {
+			return err
+		}
 	}
 	var edgeTokens edge.Tokens
 	if f.edgeTokensFile != "" {
@@ -186,6 +198,7 @@ func serve(ctx context.Context, f *serveFlags, specs []connection.Spec) error {
 		DisableDetails: f.noDetails,
 		Authenticator:  authn, AdminGroups: f.adminGroups,
 		ShutdownTimeout: f.timeouts.shutdown,
+		Replication:     repl,
 		Edge:            edge.HubOptions{HelloTimeout: f.timeouts.edgeHello},
 		Graph: graph.Options{
 			DisableIntrospection: f.noIntrospection,

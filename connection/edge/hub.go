@@ -68,6 +68,19 @@ const (
 	maxMetadataLen = 1024
 )
 
+// Claims is the part of the one-edge-per-cluster rule that other manager
+// replicas share: a Hub asks it before welcoming an edge, and tells it
+// when the edge's session ended.
+type Claims interface {
+	// Claim is asked before a session of instance is welcomed for
+	// cluster, after the token was checked. An error refuses the edge: a
+	// *Reject says why, and when to try again.
+	Claim(ctx context.Context, cluster, instance string) error
+	// Released says that instance's session for cluster ended; the
+	// grace period for instance starts.
+	Released(cluster, instance string)
+}
+
 // RESTConfigSource is what graph.LeafClients asks for; the Hub answers for
 // push-mode clusters and hands other clusters to a fallback (the pull
 // manager).
@@ -101,6 +114,9 @@ type HubOptions struct {
 	IsPull func(cluster string) bool
 	// Fallback answers RESTConfig for clusters no edge ever claimed.
 	Fallback RESTConfigSource
+	// Claims, if set, extends the one-edge-per-cluster rule to every
+	// manager replica (package replication); nil, this Hub alone decides.
+	Claims Claims
 	// Resume, if set, gives the last known row of a cluster when an edge
 	// first claims it here, and the cluster's state continues from it
 	// (another manager replica held it before; package replication).
@@ -291,7 +307,7 @@ func (h *Hub) serve(ctx context.Context, conn *conn, remote string, handshakeDon
 		return
 	}
 	s := newSession(h, conn, hello)
-	err = h.acquire(s)
+	err = h.acquire(ctx, s)
 	handshakeDone()
 	if err != nil {
 		h.refuse(conn, log.With("cluster", hello.Cluster, "instance", hello.Instance), err)
@@ -366,7 +382,7 @@ func validName(s string) bool {
 // acquire checks a session's token and claims its cluster for it. An
 // active session of the same instance is superseded: that is an edge
 // reconnecting before the manager noticed its old connection die.
-func (h *Hub) acquire(s *session) error {
+func (h *Hub) acquire(ctx context.Context, s *session) error {
 	hello := s.hello
 	cluster, ok := h.opts.Tokens.Cluster(hello.Token)
 	switch {
@@ -376,6 +392,11 @@ func (h *Hub) acquire(s *session) error {
 		return rejectf(ReasonUnauthorized, "the token is not valid for cluster %q", hello.Cluster)
 	case h.opts.IsPull != nil && h.opts.IsPull(cluster):
 		return rejectf(ReasonInvalid, "cluster %q is collected in pull mode by this manager", cluster)
+	}
+	if h.opts.Claims != nil {
+		if err := h.opts.Claims.Claim(ctx, cluster, hello.Instance); err != nil {
+			return err
+		}
 	}
 	superseded := false
 	for {
@@ -450,9 +471,30 @@ func (h *Hub) recheckTokens() {
 // release ends a session's claim; the grace period starts.
 func (h *Hub) release(s *session) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if s.claim.active == s {
+	was := s.claim.active == s
+	if was {
 		s.claim.active, s.claim.released = nil, time.Now()
+	}
+	h.mu.Unlock()
+	if was && h.opts.Claims != nil {
+		h.opts.Claims.Released(s.cluster, s.hello.Instance)
+	}
+}
+
+// Disown ends the session of a cluster another manager replica took over
+// (the edge reconnected there, or this one lost the cluster), and forgets
+// the cluster's claim: if an edge claims it here again, its state resumes
+// from its row then. why is the session's end reason.
+func (h *Hub) Disown(cluster, why string) {
+	h.mu.Lock()
+	var active *session
+	if c := h.claims[cluster]; c != nil {
+		active = c.active
+	}
+	delete(h.claims, cluster)
+	h.mu.Unlock()
+	if active != nil {
+		active.end(rejectf(ReasonSuperseded, "%s", why))
 	}
 }
 

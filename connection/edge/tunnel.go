@@ -47,7 +47,7 @@ func (t *tunnel) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("%w: the edge of cluster %q is not connected", ErrNotConnected, t.cluster)
 	}
 	resp, err := s.detail(req.Context(), &DetailRequest{
-		Method: req.Method, Path: req.URL.RequestURI(), Header: forwardHeaders(req.Header),
+		Method: req.Method, Path: req.URL.RequestURI(), Header: ForwardHeaders(req.Header),
 	})
 	if err != nil {
 		t.hub.metrics.details.WithLabelValues(t.cluster, "error").Inc()
@@ -58,6 +58,12 @@ func (t *tunnel) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("edge of cluster %q: %s", t.cluster, resp.Error)
 	}
 	t.hub.metrics.details.WithLabelValues(t.cluster, "ok").Inc()
+	return resp.HTTPResponse(req), nil
+}
+
+// HTTPResponse turns a response that carries no Error into the
+// *http.Response of req.
+func (resp *DetailResponse) HTTPResponse(req *http.Request) *http.Response {
 	header := resp.Header
 	if header == nil {
 		header = http.Header{}
@@ -67,13 +73,13 @@ func (t *tunnel) RoundTrip(req *http.Request) (*http.Response, error) {
 		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: header, Body: io.NopCloser(bytes.NewReader(resp.Body)), ContentLength: int64(len(resp.Body)),
 		Request: req,
-	}, nil
+	}
 }
 
-// forwardHeaders keeps the headers a read needs: content negotiation and
-// the viewer's impersonation. Credentials never travel: the edge uses its
-// own.
-func forwardHeaders(h http.Header) http.Header {
+// ForwardHeaders keeps the headers a detail read needs: content
+// negotiation and the viewer's impersonation. Credentials never travel:
+// whoever performs the request uses its own.
+func ForwardHeaders(h http.Header) http.Header {
 	out := http.Header{}
 	for k, v := range h {
 		ck := http.CanonicalHeaderKey(k)
@@ -98,6 +104,17 @@ type detailClient struct {
 	maxBody int
 }
 
+// PerformDetail runs one detail request against the API server at host
+// with client, as an edge does for its manager (and a replicated
+// collector for a query replica): only reads of the Kubernetes API that
+// impersonate exactly one user, so that the requester never acts with
+// the performer's own identity, and a response body of at most maxBody
+// bytes.
+func PerformDetail(ctx context.Context, client *http.Client, host string, maxBody int, req *DetailRequest) *DetailResponse {
+	c := &detailClient{host: strings.TrimSuffix(host, "/"), http: client, maxBody: maxBody}
+	return c.perform(ctx, req)
+}
+
 // perform runs one detail request. Only reads of the Kubernetes API that
 // impersonate someone are performed: the tunnel must never let the
 // manager act with the edge's own identity.
@@ -118,7 +135,7 @@ func (c *detailClient) perform(ctx context.Context, req *DetailRequest) *DetailR
 	if err != nil {
 		return &DetailResponse{ID: req.ID, Error: err.Error()}
 	}
-	hreq.Header = forwardHeaders(req.Header)
+	hreq.Header = ForwardHeaders(req.Header)
 	resp, err := c.http.Do(hreq)
 	if err != nil {
 		return &DetailResponse{ID: req.ID, Error: fmt.Sprintf("local API server: %v", err)}

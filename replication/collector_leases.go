@@ -1,0 +1,396 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+
+	"github.com/fleetgraph/fleetgraph/connection/edge"
+)
+
+// view is the leases as one reconcile round sees them.
+type view struct {
+	now      time.Time
+	clusters map[string]*clusterLease
+	alive    map[string]string // live incarnation -> collector ID
+	settled  map[string]bool   // collector IDs alive for at least a lease duration
+	ids      []string          // live collector IDs, sorted
+}
+
+// renew writes this collector's lease when a third of its duration has
+// passed since the last write.
+func (c *Collector) renew(ctx context.Context, now time.Time) {
+	c.mu.Lock()
+	mine, renewed := c.mine, c.renewed
+	c.mu.Unlock()
+	if now.Sub(renewed) < c.ls.duration/3 {
+		return
+	}
+	if mine == nil {
+		if obj, ok, _ := c.informer.GetStore().GetByKey(c.ls.namespace + "/" + collectorLeaseName(c.id)); ok {
+			mine = obj.(*coordinationv1.Lease)
+		}
+	}
+	l, err := c.ls.renewCollector(ctx, c.id, c.incarnation, mine)
+	if err != nil {
+		if !errors.Is(err, errLeaseTaken) {
+			c.log.Warn("renewing the collector's lease failed", "err", err)
+		}
+		c.mu.Lock()
+		c.mine = nil // read it again from the cache
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Lock()
+	c.mine, c.renewed = l, now
+	c.mu.Unlock()
+	c.metrics.renewals.Inc()
+}
+
+// look reads the leases from the informer's cache and works out which
+// collectors are alive: a collector's lease is alive while it changed
+// (on this process's clock) less than a lease duration ago.
+func (c *Collector) look(now time.Time) *view {
+	v := &view{now: now, clusters: map[string]*clusterLease{}, alive: map[string]string{}, settled: map[string]bool{}}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	seen := map[string]bool{}
+	for _, obj := range c.informer.GetStore().List() {
+		l := obj.(*coordinationv1.Lease)
+		switch l.Labels[labelLease] {
+		case leaseCluster:
+			if cl, ok := parseClusterLease(l); ok {
+				v.clusters[cl.cluster] = cl
+			}
+		case leaseCollector:
+			seen[l.Name] = true
+			holder := ""
+			if l.Spec.HolderIdentity != nil {
+				holder = *l.Spec.HolderIdentity
+			}
+			m := c.members[l.Name]
+			if m == nil || m.rv != l.ResourceVersion {
+				if m == nil || m.holder != holder {
+					m = &member{id: l.Annotations[annCollector], holder: holder, firstSeen: now}
+					c.members[l.Name] = m
+				}
+				m.rv, m.observed = l.ResourceVersion, now
+			}
+		}
+	}
+	for name, m := range c.members {
+		if !seen[name] {
+			delete(c.members, name)
+			continue
+		}
+		if m.holder == c.incarnation || m.id == "" || now.Sub(m.observed) >= c.ls.duration {
+			continue
+		}
+		v.alive[m.holder] = m.id
+		v.settled[m.id] = now.Sub(m.firstSeen) >= c.ls.duration
+	}
+	// This collector is alive while its own writes are recent: it does
+	// not wait for its cache to show them.
+	if now.Sub(c.renewed) < c.ls.duration {
+		v.alive[c.incarnation] = c.id
+		v.settled[c.id] = true
+	}
+	for _, id := range v.alive {
+		if !slices.Contains(v.ids, id) {
+			v.ids = append(v.ids, id)
+		}
+	}
+	slices.Sort(v.ids)
+	return v
+}
+
+// reconcileLeases is one round of the sharded case; see Collector.
+func (c *Collector) reconcileLeases(ctx context.Context) {
+	now := time.Now()
+	c.renew(ctx, now)
+	v := c.look(now)
+	if _, ok := v.alive[c.incarnation]; !ok {
+		return // without a lease of its own, this collector takes nothing
+	}
+	c.mu.Lock()
+	desired := make([]string, 0, len(c.desired))
+	for name := range c.desired {
+		desired = append(desired, name)
+	}
+	held := make(map[string]held, len(c.held))
+	for name, h := range c.held {
+		held[name] = *h
+	}
+	c.mu.Unlock()
+	targets := assign(desired, v.ids)
+
+	// Clusters another collector took.
+	for name, h := range held {
+		l := v.clusters[name]
+		switch {
+		case l != nil && l.generation < h.generation:
+			// The cache has not seen this collector's own write yet.
+		case l == nil || l.holder != c.incarnation:
+			by := "its lease was deleted"
+			if l != nil {
+				by = "collector " + collectorOf(l.holder) + " took its lease"
+			}
+			c.async(name, func() { c.drop(ctx, name, by) })
+		}
+	}
+	// Pull clusters: take the ones assigned here, hand over the others.
+	for _, name := range desired {
+		l, h, t := v.clusters[name], held[name], targets[name]
+		switch {
+		case h.mode == "" && t == c.id:
+			failover := ""
+			switch {
+			case l == nil, l.holder == "":
+			case v.alive[l.holder] == "":
+				failover = fmt.Sprintf("collector %s stopped renewing its lease; collector %s took the cluster over and resyncs it", collectorOf(l.holder), c.id)
+			default:
+				continue // its live owner hands it over
+			}
+			c.async(name, func() { c.takeLeased(ctx, name, modePull, l, failover, nil) })
+		case h.mode == modePull && t != c.id && t != "" && v.settled[t]:
+			c.async(name, func() { c.handOver(ctx, name, t) })
+		}
+	}
+	for name, h := range held {
+		if h.mode == modePull && !slices.Contains(desired, name) {
+			c.async(name, func() { c.removeCluster(ctx, name) })
+		}
+	}
+	c.reconcilePush(ctx, v, held)
+}
+
+// reconcilePush looks after push clusters: one whose edge stayed away
+// past the grace period is released, so any replica may take its next
+// edge; one whose holder died is adopted by one live collector, which
+// marks it DISCONNECTED (its edge's session died with the collector) and
+// keeps the grace period for its instance.
+func (c *Collector) reconcilePush(ctx context.Context, v *view, held map[string]held) {
+	var orphans []string
+	for name, l := range v.clusters {
+		if l.mode != modePush {
+			continue
+		}
+		h, ours := held[name]
+		switch {
+		case ours && !l.released.IsZero() && v.now.After(l.released.Add(c.opts.Leases.Grace)) && !c.edgeConnected(name):
+			c.async(name, func() { c.releasePush(ctx, name, h.lease) })
+		case !ours && l.holder != "" && v.alive[l.holder] == "":
+			orphans = append(orphans, name)
+		}
+	}
+	for name, t := range assign(orphans, v.ids) {
+		if t != c.id {
+			continue
+		}
+		l := v.clusters[name]
+		failover := fmt.Sprintf("collector %s, which held the edge's session, stopped renewing its lease; waiting for the edge to reconnect", collectorOf(l.holder))
+		c.async(name, func() {
+			released := time.Now()
+			c.takeLeased(ctx, name, modePush, l, failover, &released)
+		})
+	}
+}
+
+// takeLeased wins a cluster's lease (l is the lease as read, nil when
+// there is none) and takes the cluster over. released, for an adopted
+// push cluster, starts its edge's grace period. The cluster lock is held.
+func (c *Collector) takeLeased(ctx context.Context, name, mode string, l *clusterLease, failover string, released *time.Time) {
+	if c.isHeld(name) {
+		return
+	}
+	var cur *coordinationv1.Lease
+	if l != nil {
+		cur = l.obj
+	}
+	won, err := c.ls.acquireCluster(ctx, name, c.incarnation, cur, func(ann map[string]string) {
+		ann[annMode] = mode
+		if released != nil {
+			ann[annReleased] = released.UTC().Format(time.RFC3339Nano)
+		}
+	})
+	if err != nil {
+		if !errors.Is(err, errLeaseTaken) && ctx.Err() == nil {
+			c.log.Warn("acquiring a cluster's lease", "cluster", name, "err", err)
+		}
+		return
+	}
+	if err := c.take(ctx, name, mode, won, failover); err != nil && ctx.Err() == nil {
+		c.log.Error("taking a cluster over failed; its lease is released", "cluster", name, "err", err)
+	}
+}
+
+// handOver gives a cluster to the collector it is assigned to: stop
+// collecting, publish what is queued, release the lease. The cluster lock
+// is held.
+func (c *Collector) handOver(ctx context.Context, name, to string) {
+	c.mu.Lock()
+	h := c.held[name]
+	c.mu.Unlock()
+	if h == nil {
+		return
+	}
+	c.drop(ctx, name, "handed over to collector "+to)
+	if _, err := c.ls.updateCluster(ctx, h.lease, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = nil }); err != nil {
+		c.log.Warn("releasing a handed-over cluster's lease", "cluster", name, "err", err)
+	}
+}
+
+// releasePush releases a push cluster whose edge stayed away past its
+// grace period. Its rows stay, stale, until an edge claims it again.
+func (c *Collector) releasePush(ctx context.Context, name string, lease *coordinationv1.Lease) {
+	if c.edgeConnected(name) {
+		return
+	}
+	c.drop(ctx, name, "its edge stayed away past the grace period")
+	if _, err := c.ls.updateCluster(ctx, lease, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = nil }); err != nil {
+		c.log.Warn("releasing a push cluster's lease", "cluster", name, "err", err)
+	}
+}
+
+func (c *Collector) edgeConnected(name string) bool {
+	hub := c.edgeHub()
+	return hub != nil && slices.Contains(hub.Connected(), name)
+}
+
+// Claim implements edge.Claims: the one-edge-per-cluster rule across every
+// replica. A cluster held here is the Hub's own business; otherwise the
+// cluster's lease decides: it is free, released, held by a dead collector,
+// or held elsewhere for this very edge instance (the edge moved to this
+// replica), and then this collector takes the cluster over; or another
+// instance's edge is connected, or within its grace period, elsewhere,
+// and the edge is refused as it would be by one Hub.
+func (c *Collector) Claim(ctx context.Context, cluster, instance string) error {
+	lk := c.lock(cluster)
+	defer lk.Unlock()
+	c.mu.Lock()
+	h := c.held[cluster]
+	c.mu.Unlock()
+	if c.ls == nil {
+		if h == nil {
+			if err := c.take(ctx, cluster, modePush, nil, ""); err != nil {
+				return retryLater("taking the cluster over: %v", err)
+			}
+		}
+		return nil
+	}
+	if h != nil {
+		c.noteEdge(ctx, cluster, instance, time.Time{})
+		return nil
+	}
+	cur, err := c.ls.getCluster(ctx, cluster)
+	if err != nil {
+		return retryLater("%v", err)
+	}
+	now := time.Now()
+	failover := ""
+	var obj *coordinationv1.Lease
+	if cur != nil {
+		obj = cur.obj
+		v := c.look(now)
+		owner := collectorOf(cur.holder)
+		switch {
+		case cur.holder == "" || cur.holder == c.incarnation:
+		case v.alive[cur.holder] == "":
+			failover = fmt.Sprintf("collector %s, which held the edge's session, stopped renewing its lease; the edge reconnected to collector %s", owner, c.id)
+		case cur.mode == modePull:
+			return &edge.Reject{Reason: edge.ReasonInvalid, Message: fmt.Sprintf("cluster %q is collected in pull mode by collector %s", cluster, owner)}
+		case cur.instance == instance:
+			// The edge moved to this replica: take the cluster from the
+			// one it left.
+		case cur.released.IsZero():
+			return &edge.Reject{Reason: edge.ReasonAlreadyClaimed, Message: fmt.Sprintf("cluster %q is claimed by edge instance %q (at collector %s)", cluster, cur.instance, owner)}
+		case now.Before(cur.released.Add(c.opts.Leases.Grace)):
+			left := cur.released.Add(c.opts.Leases.Grace).Sub(now)
+			return &edge.Reject{
+				Reason:           edge.ReasonGracePeriod,
+				Message:          fmt.Sprintf("cluster %q is reserved for edge instance %q for %s after its disconnect", cluster, cur.instance, left.Round(time.Second)),
+				RetryAfterMillis: left.Milliseconds(),
+			}
+		}
+	}
+	won, err := c.ls.acquireCluster(ctx, cluster, c.incarnation, obj, func(ann map[string]string) {
+		ann[annMode], ann[annInstance] = modePush, instance
+		delete(ann, annReleased)
+	})
+	if err != nil {
+		return retryLater("%v", err)
+	}
+	if err := c.take(ctx, cluster, modePush, won, failover); err != nil {
+		return retryLater("taking the cluster over: %v", err)
+	}
+	return nil
+}
+
+// Released implements edge.Claims: the edge's session ended. The lease
+// records when, so that every replica keeps the grace period.
+func (c *Collector) Released(cluster, instance string) {
+	if c.ls == nil {
+		return
+	}
+	c.mu.Lock()
+	ctx := c.ctx
+	c.mu.Unlock()
+	if ctx == nil {
+		return
+	}
+	released := time.Now()
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		lk := c.lock(cluster)
+		defer lk.Unlock()
+		if !c.edgeConnected(cluster) { // not reclaimed meanwhile
+			c.noteEdge(ctx, cluster, instance, released)
+		}
+	}()
+}
+
+// noteEdge records a held push cluster's edge instance and when it went
+// away (zero: it is connected). The cluster lock is held.
+func (c *Collector) noteEdge(ctx context.Context, cluster, instance string, released time.Time) {
+	c.mu.Lock()
+	h := c.held[cluster]
+	c.mu.Unlock()
+	if h == nil || h.lease == nil {
+		return
+	}
+	ann := h.lease.Annotations
+	want := ""
+	if !released.IsZero() {
+		want = released.UTC().Format(time.RFC3339Nano)
+	}
+	if ann[annInstance] == instance && ann[annReleased] == want {
+		return
+	}
+	l, err := c.ls.updateCluster(ctx, h.lease, func(l *coordinationv1.Lease) {
+		l.Annotations[annInstance] = instance
+		if want == "" {
+			delete(l.Annotations, annReleased)
+		} else {
+			l.Annotations[annReleased] = want
+		}
+	})
+	if err != nil {
+		c.log.Warn("recording the edge of a cluster in its lease", "cluster", cluster, "err", err)
+		return
+	}
+	c.mu.Lock()
+	if c.held[cluster] == h {
+		h.lease = l.obj
+	}
+	c.mu.Unlock()
+}
+
+// retryLater refuses an edge for now, for a reason on the manager's side.
+func retryLater(format string, args ...any) error {
+	return &edge.Reject{Reason: edge.ReasonGracePeriod, Message: "the manager cannot claim the cluster now: " + fmt.Sprintf(format, args...), RetryAfterMillis: time.Second.Milliseconds()}
+}
