@@ -7,9 +7,9 @@ import (
 	"go.uber.org/goleak"
 	"k8s.io/client-go/rest"
 
-	"github.com/fleetgraph/fleetgraph/connection/internal/conntest"
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/index/memtables"
+	"github.com/fleetgraph/fleetgraph/internal/conntest"
 	"github.com/fleetgraph/fleetgraph/internal/testcluster"
 )
 

@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/fleetgraph/fleetgraph/authz"
-	"github.com/fleetgraph/fleetgraph/connection/internal/conntest"
 	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/internal/conntest"
 	"github.com/fleetgraph/fleetgraph/internal/testcluster"
 )
 

@@ -15,10 +15,11 @@ import (
 
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/index/memtables"
+	"github.com/fleetgraph/fleetgraph/internal/testcluster"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testcluster.LeakOptions()...)
 }
 
 // natsServer starts a single embedded JetStream server for a test.
@@ -77,15 +78,6 @@ func startNode(t *testing.T, s *server.Server, name string, follow bool, tweak .
 	}
 	t.Cleanup(stop)
 	return tn
-}
-
-// stop ends the node's Run and closes its connection.
-func (tn *testNode) stop(t *testing.T) {
-	t.Helper()
-	tn.cancel()
-	if err := <-tn.done; err != nil {
-		t.Errorf("Run: %v", err)
-	}
 }
 
 func waitFor(t *testing.T, what string, d time.Duration, cond func() error) {
@@ -209,6 +201,34 @@ func TestReplicaEqualsOwner(t *testing.T) {
 	waitFor(t, "late replica ready", 10*time.Second, late.Ready)
 	if err := sameCluster(owner.store, late.store, "east"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOwnerOfSeveralClusters: one owner's logs are independent: messages
+// of different clusters are never taken for duplicates of one another (a
+// message id that did not name its cluster's log made every cluster but
+// the first lose its takeover snapshot and its owner).
+func TestOwnerOfSeveralClusters(t *testing.T) {
+	s := natsServer(t)
+	owner := startNode(t, s, "collector-a", false)
+	replica := startNode(t, s, "", true)
+	names := []string{"east", "west", "north"}
+	for _, name := range names {
+		acquire(t, owner, name)
+	}
+	for _, name := range names {
+		writeSome(t, owner, name, 10)
+	}
+	for _, name := range names {
+		waitFor(t, "replica equals owner", 10*time.Second, func() error { return sameCluster(owner.store, replica.store, name) })
+	}
+	select {
+	case name := <-owner.lost:
+		t.Fatalf("the owner lost %s", name)
+	default:
+	}
+	if got := owner.Owned(); len(got) != len(names) {
+		t.Fatalf("the owner owns %v", got)
 	}
 }
 

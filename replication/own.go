@@ -410,7 +410,10 @@ func (n *Node) publish(ctx context.Context, cl *clusterLog, own *owned, enc *enc
 	head := envelope{cluster: cl.name, epoch: own.epoch, owner: n.opts.Name, lease: own.lease, prev: own.lastSeq}
 	data := enc.message(head, p)
 	own.counter++
-	id := n.opts.Name + ":" + strconv.FormatUint(own.epoch, 10) + ":" + strconv.FormatUint(own.counter, 10)
+	// JetStream deduplicates ids across the whole stream: the id names
+	// the cluster's log, or one cluster's message would be taken for a
+	// retry of another's.
+	id := n.opts.Name + ":" + cl.subject + ":" + strconv.FormatUint(own.epoch, 10) + ":" + strconv.FormatUint(own.counter, 10)
 	backoff := retry.New(retry.Publish, nil)
 	for {
 		msg := &nats.Msg{Subject: cl.subject, Data: data, Header: nats.Header{msgIDHeader: []string{id}}}

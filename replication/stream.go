@@ -38,9 +38,6 @@ func (s subjects) resync(name string) string { return s.prefix + ".resync." + su
 // resyncAll is the wildcard an owner subscribes to for resync requests.
 func (s subjects) resyncAll() string { return s.prefix + ".resync.*" }
 
-// detailAll is the wildcard for detail requests.
-func (s subjects) detailAll() string { return s.prefix + ".detail.*" }
-
 // subjectToken turns a cluster name into one subject token: letters,
 // digits, '-' and '_' stay, every other byte (the '.' that separates
 // tokens, wildcards, spaces, '~') becomes "~xx" in hex. The mapping is

@@ -18,9 +18,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/fleetgraph/fleetgraph/collector"
-	"github.com/fleetgraph/fleetgraph/connection/internal/conntest"
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/index/memtables"
+	"github.com/fleetgraph/fleetgraph/internal/conntest"
 	"github.com/fleetgraph/fleetgraph/internal/testcluster"
 )
 

@@ -15,9 +15,9 @@ import (
 	"github.com/coder/websocket"
 	"go.uber.org/goleak"
 
-	"github.com/fleetgraph/fleetgraph/connection/internal/conntest"
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/index/memtables"
+	"github.com/fleetgraph/fleetgraph/internal/conntest"
 	"github.com/fleetgraph/fleetgraph/internal/testcluster"
 )
 

@@ -128,7 +128,8 @@ func (m *Machine) Generation() uint64 {
 // every older one stale. seen says the cluster has answered already (an
 // edge's Hello, a successful probe just before); metadata, if not nil,
 // replaces the row's. A first connection, or one replacing a live one, is
-// CONNECTING; during an outage the cluster stays DISCONNECTED.
+// CONNECTING; during an outage the cluster stays DISCONNECTED, and a
+// resumed cluster's first connection keeps the state it resumed.
 func (m *Machine) Connect(ctx context.Context, seen bool, metadata map[string]string) uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -142,7 +143,11 @@ func (m *Machine) Connect(ctx context.Context, seen bool, metadata map[string]st
 	if metadata != nil {
 		m.row.Metadata = maps.Clone(metadata)
 	}
-	if m.row.State != index.StateDisconnected {
+	// The first connection of a resumed cluster continues the previous
+	// owner's: a live row stays as it is until this connection's sync
+	// says otherwise (a handover is no transition).
+	resuming := m.cfg.Resume != nil && m.gen == 1
+	if m.row.State != index.StateDisconnected && !resuming {
 		m.enter(index.StateConnecting, now)
 	}
 	m.flush(ctx)

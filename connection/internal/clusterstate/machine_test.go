@@ -343,9 +343,10 @@ func TestSetLabels(t *testing.T) {
 
 // TestResume: a machine that takes a cluster over from another owner
 // continues from the row that owner left. An outage it inherits stays one
-// outage (no new DISCONNECTED, Since kept); a live row is replaced through
-// CONNECTING, and Synced and the metadata survive, so the fleet's progress
-// does not count the cluster as rebuilding again.
+// outage (no new DISCONNECTED, Since kept); a live row (a handover) stays
+// live, Since kept, while the new owner resyncs; Synced and the metadata
+// survive, so the fleet's progress does not count the cluster as
+// rebuilding again. A later reconnect is a transition as always.
 func TestResume(t *testing.T) {
 	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	for _, tc := range []struct {
@@ -354,7 +355,7 @@ func TestResume(t *testing.T) {
 		states string // rows written, in order
 	}{
 		{"inherited outage", index.StateDisconnected, "[DISCONNECTED CONNECTED]"},
-		{"live row", index.StateConnected, "[CONNECTED CONNECTING CONNECTED]"},
+		{"live row", index.StateConnected, "[CONNECTED]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recorder{store: index.New(memtables.Open)}
@@ -371,12 +372,16 @@ func TestResume(t *testing.T) {
 			if !row.Synced || row.Metadata["kubernetes.version"] != "v1.35.4" {
 				t.Fatalf("after Connect: %+v", row)
 			}
-			if tc.state == index.StateDisconnected && (!row.Since.Equal(since) || row.State != index.StateDisconnected) {
-				t.Fatalf("an inherited outage became %s since %s", row.State, row.Since)
+			if !row.Since.Equal(since) || row.State != tc.state {
+				t.Fatalf("a resumed %s row became %s since %s", tc.state, row.State, row.Since)
 			}
 			m.Report(t.Context(), gen, Report{Synced: true})
 			if got := fmt.Sprint(rec.states()); got != tc.states {
 				t.Fatalf("rows %s, want %s", got, tc.states)
+			}
+			m.Connect(t.Context(), true, nil)
+			if row, _ := rec.store.GetCluster(nil, "c1"); row.State != index.StateConnecting {
+				t.Fatalf("a later connection replacing a live one: %s", row.State)
 			}
 		})
 	}

@@ -1,0 +1,244 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/fleetgraph/fleetgraph/connection"
+	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/index/memtables"
+	"github.com/fleetgraph/fleetgraph/internal/conntest"
+	"github.com/fleetgraph/fleetgraph/internal/testcluster"
+)
+
+// cuttable is a RoundTripper that fails every request while cut: a
+// collector cut off from the management cluster.
+type cuttable struct {
+	next http.RoundTripper
+	cut  atomic.Bool
+}
+
+func (c *cuttable) RoundTrip(r *http.Request) (*http.Response, error) {
+	if c.cut.Load() {
+		return nil, errors.New("test: the management cluster is unreachable")
+	}
+	return c.next.RoundTrip(r)
+}
+
+// testCollector is a collector process: its own index, Node, Manager and
+// Collector, with leases in the management cluster.
+type testCollector struct {
+	store     *index.Store
+	node      *Node
+	collector *Collector
+	mgmt      *cuttable
+	cancel    context.CancelFunc
+	done      chan error
+}
+
+func startCollector(t *testing.T, s *server.Server, id string, mgmt *rest.Config, namespace string, leaves []connection.Spec) *testCollector {
+	t.Helper()
+	tc := &testCollector{store: index.New(memtables.Open), done: make(chan error, 3)}
+	nc, err := ConnectEmbedded(s)
+	must(t, err)
+	tc.node, err = New(Options{
+		Conn: nc, Store: tc.store, Name: NewIncarnation(id),
+		OnLost: func(cluster string, err error) { tc.collector.OnLost(cluster, err) },
+	})
+	must(t, err)
+	manager, err := connection.NewManager(connection.Options{Store: tc.node, Resume: func(name string) (*index.Cluster, bool) { return tc.store.GetCluster(nil, name) }})
+	must(t, err)
+	cfg := rest.CopyConfig(mgmt)
+	tc.mgmt = &cuttable{}
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		tc.mgmt.next = rt
+		return tc.mgmt
+	})
+	client, err := kubernetes.NewForConfig(cfg)
+	must(t, err)
+	tc.collector, err = NewCollector(CollectorOptions{
+		Node: tc.node, Manager: manager,
+		Leases: &LeaseOptions{Client: client, Namespace: namespace, ID: id, Duration: 3 * time.Second},
+	})
+	must(t, err)
+	for _, spec := range leaves {
+		must(t, tc.collector.Add(spec))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	tc.cancel = cancel
+	go func() { tc.done <- tc.node.Run(ctx) }()
+	go func() { tc.done <- manager.Run(ctx) }()
+	go func() { tc.done <- tc.collector.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		for range 3 {
+			if err := <-tc.done; err != nil {
+				t.Errorf("collector %s: %v", id, err)
+			}
+		}
+		nc.Close()
+	})
+	return tc
+}
+
+func (tc *testCollector) holds() []string {
+	tc.collector.mu.Lock()
+	defer tc.collector.mu.Unlock()
+	var out []string
+	for name := range tc.collector.held {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestLeasesShardHandOverAndFailOver runs two collectors and a query
+// replica over an embedded JetStream server, with leases in a real
+// management cluster (which also serves as the leaf clusters): the first
+// collector takes every cluster; once the second has been alive for a
+// lease duration, half are handed over to it (no DISCONNECTED: the
+// replica's rows stay current); when the first is cut off from the
+// management cluster, the second takes its clusters over after the lease
+// expires, marks them DISCONNECTED with the reason and resyncs them, and
+// the first one's next write is refused by the stream (it is fenced and
+// stops collecting them), while the replica holds the second's state.
+func TestLeasesShardHandOverAndFailOver(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Name: "mgmt"})
+	ctx := t.Context()
+	kube := kubernetes.NewForConfigOrDie(c.DirectConfig)
+	const ns = "fleetgraph-leases"
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Seed(ctx, testcluster.SeedOptions{Namespaces: 1, Pods: 2}); err != nil {
+		t.Fatal(err)
+	}
+	var leaves []connection.Spec
+	var names []string
+	for i := range 4 {
+		name := fmt.Sprintf("leaf-%d", i)
+		names = append(names, name)
+		leaves = append(leaves, connection.Spec{Name: name, Config: func(context.Context) (*rest.Config, error) { return rest.CopyConfig(c.Config), nil }})
+	}
+	s := natsServer(t)
+	replica := startNode(t, s, "", true)
+	a := startCollector(t, s, "a", c.Config, ns, leaves)
+	waitFor(t, "collector a holds every cluster", 60*time.Second, func() error {
+		if got := a.holds(); !slices.Equal(got, names) {
+			return fmt.Errorf("a holds %v", got)
+		}
+		return nil
+	})
+	synced := func(want index.ConnectionState) func() error {
+		return func() error {
+			for _, name := range names {
+				row, ok := replica.store.GetCluster(nil, name)
+				if !ok || row.State != want || !row.Synced {
+					return fmt.Errorf("cluster %s on the replica: %+v", name, row)
+				}
+			}
+			return nil
+		}
+	}
+	waitFor(t, "the replica has every cluster synced", 60*time.Second, synced(index.StateConnected))
+	since := map[string]time.Time{}
+	for _, name := range names {
+		row, _ := replica.store.GetCluster(nil, name)
+		since[name] = row.Since
+	}
+
+	b := startCollector(t, s, "b", c.Config, ns, leaves)
+	waitFor(t, "a hands half the clusters over to b", 30*time.Second, func() error {
+		ha, hb := a.holds(), b.holds()
+		if len(ha) != 2 || len(hb) != 2 {
+			return fmt.Errorf("a holds %v, b holds %v", ha, hb)
+		}
+		return nil
+	})
+	handed := b.holds()
+	waitFor(t, "b collects what it was handed", 30*time.Second, func() error {
+		for _, name := range handed {
+			if err := sameCluster(b.store, replica.store, name); err != nil {
+				return err
+			}
+		}
+		return synced(index.StateConnected)()
+	})
+	for _, name := range handed {
+		if row, _ := replica.store.GetCluster(nil, name); !row.Since.Equal(since[name]) {
+			t.Fatalf("a handover changed the state of %s: %+v (connected since %s)", name, row, since[name])
+		}
+	}
+
+	// a loses the management cluster: it can no longer renew its lease.
+	kept := a.holds()
+	rec := conntest.NewRecorder(t, replica.store)
+	a.mgmt.cut.Store(true)
+	waitFor(t, "b takes a's clusters over", 30*time.Second, func() error {
+		if got := b.holds(); !slices.Equal(got, names) {
+			return fmt.Errorf("b holds %v", got)
+		}
+		return nil
+	})
+	for _, name := range kept {
+		rec.WaitFor(t, name, index.StateConnected, 1, 30*time.Second)
+		var states []string
+		for _, tr := range rec.Of(name) {
+			states = append(states, string(tr.State))
+			if tr.State == index.StateDisconnected && tr.Err != "collector a stopped renewing its lease; collector b took the cluster over and resyncs it" {
+				t.Fatalf("%s: DISCONNECTED with %q", name, tr.Err)
+			}
+		}
+		if got := strings.Join(states, " "); got != "DISCONNECTED CONNECTED" {
+			t.Fatalf("%s went through %s, want one DISCONNECTED and one CONNECTED", name, got)
+		}
+	}
+	if n := testutil.ToFloat64(b.collector.metrics.takeovers.WithLabelValues("failover")); n != float64(len(kept)) {
+		t.Fatalf("b counted %v failovers, want %d", n, len(kept))
+	}
+
+	// a, still collecting (it is cut off from the management cluster
+	// only), writes: its cluster rows' LastSeen, and a new pod. The
+	// stream refuses its first write after the takeover, and a stops.
+	if _, err := kube.CoreV1().Pods("ns-0").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "after-takeover"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}, TerminationGracePeriodSeconds: ptr.To(int64(0))},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a is fenced off every cluster b took", 30*time.Second, func() error {
+		if got := a.holds(); len(got) != 0 {
+			return fmt.Errorf("a still holds %v", got)
+		}
+		if n := testutil.ToFloat64(a.collector.metrics.lost); n != float64(len(kept)) {
+			return fmt.Errorf("a lost %v clusters, want %d", n, len(kept))
+		}
+		return nil
+	})
+	waitFor(t, "the replica holds b's state", 30*time.Second, func() error {
+		for _, name := range names {
+			if err := sameCluster(b.store, replica.store, name); err != nil {
+				return err
+			}
+			if _, ok := replica.store.Get(index.Key{Cluster: name, Kind: "Pod", Namespace: "ns-0", Name: "after-takeover"}); !ok {
+				return fmt.Errorf("%s: the new pod is missing", name)
+			}
+		}
+		return nil
+	})
+}
