@@ -51,6 +51,9 @@ func (f *replicationFlags) replicated() bool {
 // server's Replication; nil for the single process. close ends what it
 // started.
 func (f *replicationFlags) setup(mgmt func() (*rest.Config, error)) (cfg *fleetgraph.Replication, closeFn func(), err error) {
+	if f.role == "" { // serveFlags built by demo and tests, not by the flags
+		f.role = string(fleetgraph.RoleAll)
+	}
 	role, err := fleetgraph.ParseRole(f.role)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--role: %w", err)
