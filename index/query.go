@@ -151,6 +151,24 @@ func decodeCursor(s string, o Order) (*cursor, error) {
 	if c.Field == OrderName && (!strings.HasSuffix(c.Key, "\x00"+c.Str+"\x00") || len(c.Key) > maxKeyLen+8) {
 		return nil, malformed
 	}
+	// A position holds only what its order sorts by (see sortKeyOf): no
+	// number in a string order, no string in a numeric one, neither in
+	// cluster order. Every cursor Query hands out is so; another would
+	// name a position no row can have.
+	switch c.Field {
+	case OrderName, OrderNamespace, OrderKind:
+		if c.Num != 0 {
+			return nil, malformed
+		}
+	case OrderCluster:
+		if c.Num != 0 || c.Str != "" {
+			return nil, malformed
+		}
+	default:
+		if c.Str != "" {
+			return nil, malformed
+		}
+	}
 	return &c, nil
 }
 
