@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -63,19 +62,6 @@ func newHubHarness(t testing.TB, opts HubOptions) *hubHarness {
 	go func() { done <- hub.Run(ctx) }()
 	srv := httptest.NewServer(hub)
 	h.url = "ws" + strings.TrimPrefix(srv.URL, "http") + "/edge"
-	// Run starts on its own goroutine; until it has, the hub answers 503
-	// and a test's first dial would fail.
-	conntest.Eventually(t, 5*time.Second, "hub running", func() error {
-		resp, err := http.Get(srv.URL + "/edge")
-		if err != nil {
-			return err
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode == http.StatusServiceUnavailable {
-			return errors.New("503")
-		}
-		return nil
-	})
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

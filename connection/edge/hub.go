@@ -170,6 +170,8 @@ type Hub struct {
 	opts    HubOptions
 	metrics *hubMetrics
 
+	started chan struct{} // closed when Run has set ctx
+
 	mu         sync.Mutex
 	ctx        context.Context // set by Run
 	stopped    bool
@@ -194,13 +196,15 @@ var (
 	ErrUnknownCluster = errors.New("unknown cluster")
 )
 
-// NewHub returns a Hub. It serves nothing until Run is called.
+// NewHub returns a Hub. It serves nothing until Run is called: a request
+// that comes earlier (a listener opened beside Run, as fleetgraph serve
+// does) waits for Run to start.
 func NewHub(opts HubOptions) (*Hub, error) {
 	if opts.Store == nil || opts.Tokens == nil {
 		return nil, errors.New("edge: HubOptions.Store and Tokens are required")
 	}
 	opts.setDefaults()
-	h := &Hub{opts: opts, metrics: newHubMetrics(), claims: map[string]*claim{}}
+	h := &Hub{opts: opts, metrics: newHubMetrics(), claims: map[string]*claim{}, started: make(chan struct{})}
 	if opts.Registerer != nil {
 		if err := h.metrics.register(opts.Registerer); err != nil {
 			return nil, err
@@ -219,6 +223,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	}
 	h.ctx = ctx
 	h.mu.Unlock()
+	close(h.started)
 	t := time.NewTicker(tokenRecheck)
 	for done := false; !done; {
 		select {
@@ -250,8 +255,17 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "edge sessions are not opened from web pages (the request has an Origin header)", http.StatusForbidden)
 		return
 	}
+	// The listener may open before Run starts (Server.Run starts the hub
+	// on a goroutine of its own): an edge that comes in between waits,
+	// rather than getting a 503 and a backoff round. Only a stopped hub
+	// is "not running".
+	select {
+	case <-h.started:
+	case <-r.Context().Done():
+		return
+	}
 	h.mu.Lock()
-	ctx, running := h.ctx, h.ctx != nil && !h.stopped
+	ctx, running := h.ctx, !h.stopped
 	busy := h.handshakes >= h.opts.MaxHandshakes
 	if running && !busy {
 		h.wg.Add(1)
@@ -259,7 +273,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.mu.Unlock()
 	if !running {
-		http.Error(w, "edge hub is not running", http.StatusServiceUnavailable)
+		http.Error(w, "edge hub has stopped", http.StatusServiceUnavailable)
 		return
 	}
 	if busy {

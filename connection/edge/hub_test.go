@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -508,4 +509,52 @@ func TestSlowManagerCoalesces(t *testing.T) {
 	if s.Coalesced == 0 || s.Messages > rounds {
 		t.Errorf("no coalescing under a slow manager: %+v", s)
 	}
+}
+
+// TestEdgeBeforeRunWaits: an edge whose request reaches the hub before
+// Run has started (fleetgraph serve opens its listener beside Run) waits
+// and is welcomed once Run starts, rather than getting a 503.
+func TestEdgeBeforeRunWaits(t *testing.T) {
+	hub, err := NewHub(HubOptions{Store: index.New(memtables.Open), Tokens: NewStaticTokens(testTokens)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	arrived := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		hub.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	type dialed struct {
+		c   *conn
+		err error
+	}
+	result := make(chan dialed, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c := newConn()
+		ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/edge", &websocket.DialOptions{ //nolint:bodyclose // coder closes it
+			Subprotocols: []string{Subprotocol}, CompressionMode: websocket.CompressionNoContextTakeover, OnPongReceived: c.pong,
+		})
+		c.ws = ws
+		result <- dialed{c, err}
+	}()
+	<-arrived // the request is in the hub, and Run has not been called
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- hub.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("hub: %v", err)
+		}
+	}()
+	d := <-result
+	if d.err != nil {
+		t.Fatalf("an edge that came before Run: %v", d.err)
+	}
+	defer d.c.closeNow()
+	(&rawClient{t: t, conn: d.c}).welcome("edge-a", "i")
 }
