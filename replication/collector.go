@@ -92,7 +92,8 @@ type Collector struct {
 	renewed  time.Time                  // when it was last written
 	informer cache.SharedIndexInformer
 	ctx      context.Context // Run's
-	wg       sync.WaitGroup
+	stopping bool            // Run is waiting for wg: nothing joins it any more
+	wg       sync.WaitGroup  // goroutines Run waits for; joined only by Run's goroutine or under mu
 }
 
 // held is a cluster this process owns.
@@ -295,6 +296,9 @@ func (c *Collector) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
+			c.mu.Lock()
+			c.stopping = true
+			c.mu.Unlock()
 			c.wg.Wait()
 			c.releaseAll()
 			return nil

@@ -336,14 +336,18 @@ func (c *Collector) Released(cluster, instance string) {
 	if c.ls == nil {
 		return
 	}
+	released := time.Now()
+	// The goroutine joins wg under mu, before Run stops (which it does
+	// under mu, then waits): an Add racing Run's Wait is a data race, and
+	// one after it a goroutine outliving Run.
 	c.mu.Lock()
 	ctx := c.ctx
-	c.mu.Unlock()
-	if ctx == nil {
+	if ctx == nil || c.stopping {
+		c.mu.Unlock()
 		return
 	}
-	released := time.Now()
 	c.wg.Add(1)
+	c.mu.Unlock()
 	go func() {
 		defer c.wg.Done()
 		lk := c.lock(cluster)

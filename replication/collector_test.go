@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -241,4 +242,68 @@ func TestLeasesShardHandOverAndFailOver(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestReleasedDuringShutdown ends an edge's session (Released) on a
+// goroutine of its own, with nothing ordering it before the collector's
+// shutdown, as an edge handler does: its lease update must join the
+// goroutines Run waits for before Run stops (it raced Run's WaitGroup
+// Wait under -race), and once Run has stopped no update starts at all.
+// The cluster's lock, held by the test, keeps the update in flight; the
+// pauses order the steps without the race detector seeing an order.
+func TestReleasedDuringShutdown(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Name: "mgmt"})
+	const ns = "fleetgraph-leases"
+	kube := kubernetes.NewForConfigOrDie(c.DirectConfig)
+	if _, err := kube.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tc := startCollector(t, natsServer(t), "a", c.Config, ns, nil)
+	col := tc.collector
+	waitFor(t, "the collector holds its own lease", 30*time.Second, func() error {
+		col.mu.Lock()
+		defer col.mu.Unlock()
+		if col.mine == nil {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+
+	lk := col.lock("edge-leaf")
+	go col.Released("edge-leaf", "vm-1") // its update waits for lk
+	time.Sleep(20 * time.Millisecond)
+	tc.cancel()
+	time.Sleep(100 * time.Millisecond) // Run waits for the update
+	lk.Unlock()
+	var errs []error
+	for range 3 {
+		errs = append(errs, <-tc.done)
+	}
+	for _, err := range errs {
+		tc.done <- err // for the cleanup
+	}
+
+	lk = col.lock("edge-leaf")
+	defer lk.Unlock()
+	before := updates() // the first one may still be exiting
+	col.Released("edge-leaf", "vm-1")
+	for id, g := range updates() {
+		if _, ok := before[id]; !ok {
+			t.Errorf("Released after Run stopped started an update:\n%s", g)
+		}
+	}
+}
+
+// updates returns the stacks of the goroutines Released started, by
+// goroutine header ("goroutine 12").
+func updates() map[string]string {
+	buf := make([]byte, 1<<20)
+	out := map[string]string{}
+	for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "(*Collector).Released.func") {
+			id, _, _ := strings.Cut(g, " [")
+			out[id] = g
+		}
+	}
+	return out
 }
