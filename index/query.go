@@ -435,10 +435,14 @@ func (p *plan) walk(src source, o Order, after *sortKey, first, budget int) (row
 			pivot = &nameSeek{pfx: namePrefix(after.str), key: after.key, nameOff: uint16(len(after.key) - 1 - len(after.str))}
 		}
 		exact := src.exact && src.has != nil && (p.pace == nil || !p.pace.paused)
-		visited, last := 0, uint32(0)
+		visited, last, stopped := 0, uint32(0), false
 		x.byName.walk(pivot, p.kindNames(), o.Desc, func(rid uint32) bool {
 			if p.pace != nil && visited == walkChunk {
-				return false
+				if p.pace.due() {
+					stopped = true
+					return false
+				}
+				visited = 0 // nobody waits: walk on without re-seeking
 			}
 			visited++
 			last = rid
@@ -465,7 +469,7 @@ func (p *plan) walk(src source, o Order, after *sortKey, first, budget int) (row
 		if budget < 0 {
 			return nil, false, false, nil
 		}
-		if visited < walkChunk || p.pace == nil || len(rows) > first {
+		if !stopped {
 			break
 		}
 		// The chunk ended: resume after its last row once others ran.

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"testing"
+	"time"
 )
 
 // scanFleet holds 3 walk chunks of pods in c0 and, last in name order, five
@@ -24,8 +26,15 @@ func scanFleet(t *testing.T) *Store {
 	return s
 }
 
+// writerWaits makes s's long reads see a writer waiting for the lock
+// until the test ends (reads pause only for one).
+func writerWaits(t *testing.T, s *Store) {
+	s.writersWaiting.Add(1)
+	t.Cleanup(func() { s.writersWaiting.Add(-1) })
+}
+
 // TestLongReadsPause checks that a read of more rows than a chunk
-// releases the read lock between chunks (a writer commits in the pause,
+// releases the read lock between chunks while a writer waits (a writer commits in the pause,
 // which the test hook runs without the lock: it would deadlock otherwise),
 // that rows and ids written in a pause do not break the read, and that a
 // read whose context ends in a pause stops with the context's error.
@@ -35,6 +44,7 @@ func TestLongReadsPause(t *testing.T) {
 
 	t.Run("facets", func(t *testing.T) {
 		s := scanFleet(t)
+		writerWaits(t, s)
 		pauses := 0
 		s.pauseHook = func() {
 			if pauses++; pauses == 1 {
@@ -64,6 +74,7 @@ func TestLongReadsPause(t *testing.T) {
 
 	t.Run("walk", func(t *testing.T) {
 		s := scanFleet(t)
+		writerWaits(t, s)
 		pauses := 0
 		s.pauseHook = func() {
 			if pauses++; pauses == 1 {
@@ -91,6 +102,7 @@ func TestLongReadsPause(t *testing.T) {
 
 	t.Run("collect", func(t *testing.T) {
 		s := scanFleet(t)
+		writerWaits(t, s)
 		pauses := 0
 		s.pauseHook = func() { pauses++ }
 		// Ordered by creation time: no walk, a scan of every row.
@@ -103,6 +115,7 @@ func TestLongReadsPause(t *testing.T) {
 
 	t.Run("context ends", func(t *testing.T) {
 		s := scanFleet(t)
+		writerWaits(t, s)
 		for name, read := range map[string]func(context.Context) error{
 			"facets": func(ctx context.Context) error {
 				_, err := s.Facets(ctx, Filter{NameContains: "-"}, all)
@@ -126,4 +139,46 @@ func TestLongReadsPause(t *testing.T) {
 			cancel()
 		}
 	})
+}
+
+// TestLongReadsPauseOnlyForWriters checks that a long read keeps the lock
+// when no writer waits (a pause would let nobody in, and an exact source
+// would lose its exactness: every row checked again), and that a writer
+// blocked on the lock is counted as waiting until it has the lock.
+func TestLongReadsPauseOnlyForWriters(t *testing.T) {
+	all := &Access{All: true}
+	s := scanFleet(t)
+	pauses := 0
+	s.pauseHook = func() { pauses++ }
+	for name, read := range map[string]func() error{
+		"facets": func() error { _, err := s.Facets(ctxb, Filter{NameContains: "-"}, all); return err },
+		"walk": func() error {
+			_, err := s.Query(ctxb, Query{Filter: Filter{NameContains: "zz-"}, Access: all, First: 10})
+			return err
+		},
+		"collect": func() error {
+			_, err := s.Query(ctxb, Query{Filter: Filter{NameContains: "zz-"}, Access: all, Order: Order{Field: OrderCreatedAt}})
+			return err
+		},
+	} {
+		mustNoErr(t, read())
+		if pauses != 0 {
+			t.Errorf("%s paused %d times with no writer waiting", name, pauses)
+		}
+	}
+
+	s.mu.RLock() // a read in progress
+	done := make(chan error, 1)
+	go func() { done <- s.Upsert(ctxb, pod("c0", "ns0", "late", StatusHealthy, nil)) }()
+	for deadline := time.Now().Add(10 * time.Second); s.writersWaiting.Load() != 1; runtime.Gosched() {
+		if time.Now().After(deadline) {
+			s.mu.RUnlock()
+			t.Fatalf("a writer blocked on the lock is not counted as waiting")
+		}
+	}
+	s.mu.RUnlock()
+	mustNoErr(t, <-done)
+	if n := s.writersWaiting.Load(); n != 0 {
+		t.Errorf("%d writers waiting after the write", n)
+	}
 }

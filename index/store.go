@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fleetgraph/fleetgraph/index/tables"
@@ -34,6 +35,10 @@ type Store struct {
 	seq  uint64 // last sequence number assigned
 	feed *feed
 	fan  *fanout // routes the feed to streams (ObjectChanges, ...)
+
+	// writersWaiting counts the writers blocked in lock: a long read
+	// pauses only for them (see pacer).
+	writersWaiting atomic.Int32
 
 	// objRev is the objects revision of each cluster (see
 	// ObjectsRevision). It lives here rather than in memdb's revisions
@@ -139,6 +144,13 @@ func (w *writeTxn) mem() tables.Txn {
 // scopeKey names one revision row.
 type scopeKey struct{ scope, cluster string }
 
+// lock takes the write lock, counted in writersWaiting until it has it.
+func (s *Store) lock() {
+	s.writersWaiting.Add(1)
+	s.mu.Lock()
+	s.writersWaiting.Add(-1)
+}
+
 // write runs fn in a write transaction: it takes the write lock, and if fn
 // succeeds and changed anything, bumps the touched revisions, commits the
 // memdb transaction (if fn opened one) and publishes the events. at is the
@@ -147,7 +159,7 @@ type scopeKey struct{ scope, cluster string }
 // fn must validate its input before it changes objIndex: objIndex is not
 // transactional, so fn may fail only before its first change.
 func (s *Store) write(at int64, fn func(w *writeTxn) error) error {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	w := s.begin()
 	if at != 0 {
@@ -213,7 +225,7 @@ func (s *Store) writeGrouped(at int64, fn func(w *writeTxn)) {
 		}
 		s.queueMu.Unlock()
 	}()
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	s.queueMu.Lock()
 	n := min(len(s.queue), maxGroup) // the leader's change is s.queue[0]

@@ -366,6 +366,10 @@ func churnQ3(ctx context.Context, s *index.Store, fleet indextest.Fleet, q index
 	// on a 1 ms tick, as the collector's reflectors (one per cluster and
 	// kind) do with their watch events. Each Upsert returns once applied,
 	// so the writers bound the rate to writers per write latency.
+	// The baseline is read before the writers start: read after, it
+	// missed their first updates and the check below failed a correct run
+	// ("60035 updates applied but 60021 changes published").
+	published := s.FeedStats().Published
 	var wg sync.WaitGroup
 	var applied atomic.Int64
 	errs := make(chan error, writers)
@@ -404,7 +408,6 @@ func churnQ3(ctx context.Context, s *index.Store, fleet indextest.Fleet, q index
 	defer stopProfile()
 	start := time.Now()
 	cpu0 := measure.CPUTime()
-	published := s.FeedStats().Published
 	ds, gcs, err := queryFor(ctx, s, q, d)
 	if err != nil {
 		return 0, 0, err
