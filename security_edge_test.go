@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -237,4 +239,165 @@ func allRows(t *testing.T, url, cluster string) []string {
 		out = append(out, e.Node.ID+" "+e.Node.Status+" "+e.Node.ResourceVersion)
 	}
 	return out
+}
+
+// sendAcked sends m and waits until the manager acknowledged it (applied
+// it to the index); a reject ends the test.
+func (r *rogueEdge) sendAcked(m *edge.Message) {
+	r.t.Helper()
+	r.send(m)
+	for {
+		a := r.next()
+		if a.Type == edge.TypeReject {
+			r.t.Fatalf("%s %d rejected: %+v", m.Type, m.Seq, a.Reject)
+		}
+		if a.Type == edge.TypeAck && a.Ack.Seq >= m.Seq {
+			return
+		}
+	}
+}
+
+// rawRows encodes rows for a snapshot or delta.
+func rawRows(t *testing.T, rows []index.Object) []json.RawMessage {
+	t.Helper()
+	raws := make([]json.RawMessage, len(rows))
+	for i := range rows {
+		b, err := json.Marshal(&rows[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		raws[i] = b
+	}
+	return raws
+}
+
+// dictionaryStrings scrapes fleetgraph_index_dictionary_strings as a fleet
+// admin.
+func dictionaryStrings(t *testing.T, url, token string) map[string]int {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %d %v", resp.StatusCode, err)
+	}
+	out := map[string]int{}
+	for line := range strings.Lines(string(b)) {
+		var name string
+		var n int
+		if _, err := fmt.Sscanf(line, "fleetgraph_index_dictionary_strings{dictionary=%q} %d", &name, &n); err == nil {
+			out[name] = n
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("/metrics has no fleetgraph_index_dictionary_strings:\n%s", b)
+	}
+	return out
+}
+
+// TestEdgeChurnDoesNotGrowDictionaries plays an edge that replaces its
+// rows again and again, by full snapshots and by deltas, each time with
+// label keys, label values and a namespace never sent before, while
+// another cluster's rows sit in the index. The index's dictionaries
+// (fleetgraph_index_dictionary_strings) stay bounded by the live rows and
+// the replay buffer's recent past, not by everything the edge ever sent;
+// the other cluster's rows, the edge's own last rows and queries by label
+// are unchanged, and the server keeps serving.
+func TestEdgeChurnDoesNotGrowDictionaries(t *testing.T) {
+	const (
+		rounds = 120
+		perRow = 40  // rows the edge keeps
+		replay = 256 // change events the index keeps
+	)
+	tokens := filepath.Join(t.TempDir(), "tokens.csv")
+	if err := os.WriteFile(tokens, []byte("root-token,root,0,ops\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	users, err := authz.OpenTokenFile(tokens, authz.TokenFileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, url := runServer(t, fleetgraph.Config{
+		Authenticator: users, AdminGroups: []string{"ops"}, ReplayBuffer: replay,
+		EdgeTokens: edge.NewStaticTokens(map[string]string{"tok-a": "edge-a", "tok-b": "edge-b"}),
+	})
+	podKind := index.Kind{Version: "v1", Kind: "Pod", Resource: "pods", Namespaced: true}
+	kinds := []edge.KindState{{Kind: podKind, Synced: true}}
+
+	// B's rows, indexed once.
+	b := dialRogue(t, url, "edge-b", "tok-b")
+	var bRows []index.Object
+	for i := range 5 {
+		bRows = append(bRows, index.Object{
+			Cluster: "edge-b", Namespace: "steady", Version: "v1", Kind: "Pod", Resource: "pods", Name: fmt.Sprintf("b-%d", i),
+			Status: index.StatusHealthy, Labels: map[string]string{"team": "b", "idx": fmt.Sprint(i)}, ResourceVersion: "1",
+		})
+	}
+	if m := b.snapshot(kinds, bRows); m.Type != edge.TypeAck {
+		t.Fatalf("B's snapshot: %s %+v", m.Type, m.Reject)
+	}
+	before := allRows(t, url, "edge-b")
+	start := dictionaryStrings(t, url, "root-token")
+
+	// A churns: round r's rows carry strings no round sent before.
+	a := dialRogue(t, url, "edge-a", "tok-a")
+	rowsOf := func(r int) []index.Object {
+		rows := make([]index.Object, perRow)
+		for i := range rows {
+			rows[i] = index.Object{
+				Cluster: "edge-a", Namespace: fmt.Sprintf("ns-%d", r/2), Version: "v1", Kind: "Pod", Resource: "pods",
+				Name: fmt.Sprintf("p-%d", i), Status: index.StatusHealthy, ResourceVersion: fmt.Sprint(r),
+				Labels: map[string]string{"app": fmt.Sprintf("v-%d-%d", r, i), fmt.Sprintf("key-%d", r): "x"},
+			}
+		}
+		return rows
+	}
+	for r := range rounds {
+		if r%2 == 0 {
+			// A full snapshot: last round's rows go (a new namespace).
+			a.sendAcked(&edge.Message{Type: edge.TypeSnapshot, Snapshot: &edge.Snapshot{
+				ID: uint64(r) + 1, Final: true, Full: true, Kinds: kinds, Rows: rawRows(t, rowsOf(r)),
+			}})
+		} else {
+			// A delta replacing every row's labels in place.
+			a.sendAcked(&edge.Message{Type: edge.TypeDelta, Delta: &edge.Delta{Upserts: rawRows(t, rowsOf(r))}})
+		}
+	}
+	end := dictionaryStrings(t, url, "root-token")
+	// At most the live strings and about three rounds' worth (the
+	// replay buffer's) wait; without reclaiming, each grows by a round's
+	// worth per round (60 namespaces, 120 keys, about 4,800 values).
+	for d, most := range map[string]int{"namespaces": 20, "label_keys": 20, "label_values": 400, "label_pairs": 400} {
+		if end[d] > start[d]+most {
+			t.Errorf("%s: %d strings after %d rounds of fresh strings (%d before); want at most %d more",
+				d, end[d], rounds, start[d], most)
+		}
+	}
+	t.Logf("dictionary strings before %v, after %v", start, end)
+
+	// The server serves, B is untouched, and A's last rows are as sent.
+	if after := allRows(t, url, "edge-b"); !slices.Equal(before, after) {
+		t.Errorf("B's rows changed:\n before %v\n after  %v", before, after)
+	}
+	for _, c := range []struct{ filter, want string }{
+		{`{labelSelector: "team=b"}`, `"totalCount":5`},
+		{`{labelSelector: "idx=3", clusters: ["edge-b"]}`, `"totalCount":1`},
+		{fmt.Sprintf(`{labelSelector: "app=v-%d-7", namespaces: ["ns-%d"]}`, rounds-1, (rounds-1)/2), `"totalCount":1`},
+		{fmt.Sprintf(`{labelSelector: "key-%d=x"}`, rounds-1), fmt.Sprintf(`"totalCount":%d`, perRow)},
+		{`{labelSelector: "app=v-0-7"}`, `"totalCount":0`},
+		{`{clusters: ["edge-a"]}`, fmt.Sprintf(`"totalCount":%d`, perRow)},
+	} {
+		r := query(t, url, "root-token", fmt.Sprintf(`{ objects(first: 1, filter: %s) { totalCount } }`, c.filter))
+		if len(r.Errors) > 0 || !strings.Contains(string(r.Data), c.want) {
+			t.Errorf("objects(filter: %s): %s %v; want %s", c.filter, r.Data, r.Errors, c.want)
+		}
+	}
 }

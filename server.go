@@ -83,6 +83,12 @@ type Config struct {
 	// both); nil is the single process, with no NATS at all.
 	Replication *Replication
 
+	// ReplayBuffer is how many change events the index keeps for
+	// subscriptions that resume or fall behind (default
+	// index.DefaultReplayBuffer). It also bounds how long the index holds
+	// the strings of rows that are gone (see docs/security.md).
+	ReplayBuffer int
+
 	// Registry receives every metric and is served at /metrics; nil means
 	// a new registry.
 	Registry *prometheus.Registry
@@ -128,7 +134,11 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("fleetgraph: %w", err)
 	}
 
-	store := index.New(memtables.Open)
+	var iopts []index.Option
+	if cfg.ReplayBuffer > 0 {
+		iopts = append(iopts, index.WithReplayBuffer(cfg.ReplayBuffer))
+	}
+	store := index.New(memtables.Open, iopts...)
 	var sink index.Sink = store
 	var repl *replicated
 	if cfg.Replication != nil {

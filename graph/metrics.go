@@ -87,6 +87,7 @@ func newMetrics(reg prometheus.Registerer, store *index.Store) (*metrics, error)
 	for _, c := range []prometheus.Collector{
 		m.operations, m.latency, m.active, m.started, m.ended, delivered, newStreamCollector(store),
 		m.authFailures, m.httpRejected, m.wsConnections, m.reads, m.readsDone, newClusterCollector(store),
+		newDictionaryCollector(store),
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("graph: registering metrics: %w", err)
@@ -225,6 +226,38 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for st, n := range counts {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), string(st))
+	}
+}
+
+// dictionaryCollector reports the sizes of the index's string
+// dictionaries at scrape time (index.Store.DictionaryStats): under churn
+// they follow the live rows, and one that keeps growing means strings are
+// not given back.
+type dictionaryCollector struct {
+	store *index.Store
+	desc  *prometheus.Desc
+}
+
+func newDictionaryCollector(store *index.Store) *dictionaryCollector {
+	return &dictionaryCollector{store: store, desc: prometheus.NewDesc("fleetgraph_index_dictionary_strings",
+		"Distinct strings the index holds for its rows (in use, or unused and waiting to be reclaimed), by dictionary.",
+		[]string{"dictionary"}, nil)}
+}
+
+// Describe implements prometheus.Collector.
+func (c *dictionaryCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements prometheus.Collector.
+func (c *dictionaryCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.store.DictionaryStats()
+	for _, d := range []struct {
+		name string
+		n    int
+	}{
+		{"clusters", st.Clusters}, {"namespaces", st.Namespaces},
+		{"label_keys", st.LabelKeys}, {"label_values", st.LabelValues}, {"label_pairs", st.LabelPairs},
+	} {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(d.n), d.name)
 	}
 }
 

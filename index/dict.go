@@ -7,23 +7,132 @@ import (
 	"sync/atomic"
 )
 
+// Reclaiming dictionary ids.
+//
+// The index keeps numeric ids in rows, posting lists and change events
+// instead of strings, so a dictionary entry may only go once nothing can
+// read its id any more. Without that, an edge (or a churning cluster) that
+// sends fresh label values, label keys or namespaces grows the
+// dictionaries forever, a few dozen bytes per string, however few rows it
+// keeps. So the namespace and label dictionaries count the uses of each id
+// and recycle an id in three steps:
+//
+//  1. Zero. A write that drops an id's count to zero (the last row of a
+//     namespace or the last row carrying a label pair goes) lists it as a
+//     candidate. At the end of the write's commit, a candidate still at
+//     zero is unmapped: its string no longer finds it, so a later intern
+//     of the same string gets another id, while the id still resolves to
+//     its string for whoever holds it.
+//  2. Retired. An unmapped id waits, stamped with the last sequence number
+//     of that commit and the Store's dictionary epoch (bumped by every
+//     commit that unmaps). Two kinds of holders can still resolve it: a
+//     change event of that commit or an earlier one (events hold rows,
+//     rows hold ids), and a long read that released the read lock in a
+//     pause (see pacer) after it looked ids up. The id is reclaimed once
+//     the change feed has dropped every event up to its stamp, and every
+//     paused read in flight began after it was unmapped. Subscriptions
+//     resolve the events they deliver under the read lock (see
+//     Subscription.Next), so an event copied out of the feed never
+//     resolves an id later.
+//  3. Free. Reclaimed ids are reused by the next new strings.
+//
+// A label pair counts as used while a row carries it (its posting list is
+// the count); a label key or value while a pair that is not yet free
+// refers to it, so that a retired pair still resolves. Clusters and kinds
+// are not reclaimed: clusters are the operator's (an edge speaks for one),
+// and kinds per cluster are bounded by the edge limits (a kind retired by
+// a full snapshot keeps its entry; see docs/security.md).
+//
+// Every id a write interns is used by a row of that write (rows are
+// validated before anything is interned), so new ids need no candidate
+// check.
+type recycler struct {
+	zero    []uint32    // ids whose count reached zero in this write
+	retired []retiredID // unmapped ids, in stamp order
+	free    []uint32    // reclaimed ids, reused by the next new strings
+}
+
+// retiredID is an unmapped id waiting until nothing can resolve it.
+type retiredID struct {
+	id uint32
+	// seq is the last sequence number of the commit that unmapped it (0
+	// for ids no event refers to directly), epoch the Store's dictionary
+	// epoch after that commit.
+	seq, epoch uint64
+}
+
+// reclaimable reports whether an id retired as r may be reused, given the
+// oldest sequence number the change feed still holds and the epoch the
+// oldest paused read began in.
+func (r retiredID) reclaimable(feedFirst, oldestRead uint64) bool {
+	return r.seq < feedFirst && r.epoch <= oldestRead
+}
+
+// reclaim moves the retired ids that nothing can resolve any more to the
+// free list, calling fn for each first.
+func (rc *recycler) reclaim(feedFirst, oldestRead uint64, fn func(id uint32)) {
+	n := 0
+	for n < len(rc.retired) && rc.retired[n].reclaimable(feedFirst, oldestRead) {
+		id := rc.retired[n].id
+		if fn != nil {
+			fn(id)
+		}
+		rc.free = append(rc.free, id)
+		n++
+	}
+	if n > 0 {
+		rc.retired = slices.Delete(rc.retired, 0, n)
+	}
+}
+
+// unmapZero retires the candidates still unused: unused reports whether an
+// id's count is zero and unmap removes it from its map, returning false
+// when it was not mapped (a candidate listed twice). It returns how many
+// it retired.
+func (rc *recycler) unmapZero(seq, epoch uint64, unused func(uint32) bool, unmap func(uint32) bool) int {
+	n := 0
+	for _, id := range rc.zero {
+		if unused(id) && unmap(id) {
+			rc.retired = append(rc.retired, retiredID{id: id, seq: seq, epoch: epoch})
+			n++
+		}
+	}
+	rc.zero = rc.zero[:0]
+	return n
+}
+
+// pop returns a free id, if any.
+func (rc *recycler) pop() (uint32, bool) {
+	n := len(rc.free)
+	if n == 0 {
+		return 0, false
+	}
+	id := rc.free[n-1]
+	rc.free = rc.free[:n-1]
+	return id, true
+}
+
 // strDict interns strings as dense ids. The index keeps numeric ids in rows
 // and posting lists instead of strings: a cluster, namespace or label is
 // stored once however many rows use it.
 //
-// Dictionaries are append-only for the life of the Store: ids are never
-// reused, so a row or change event that outlives the strings' last user
-// still resolves to the right text. The cost is that strings no longer used
-// (a deleted namespace, an old pod-template-hash) keep their entry, about
-// 60 bytes each plus the text.
+// A dictionary that counts its uses (ref, unref) recycles ids whose count
+// fell to zero (see recycler); one that does not (clusters) keeps every
+// string for the life of the Store.
 type strDict struct {
 	ids  map[string]uint32
-	strs []string
+	strs []string // by id; an unmapped id keeps its string until reused
+	refs []uint32 // uses by id, for dictionaries that count them
+	rc   recycler
+	// assigned counts the ids given a string (new or reused) and unmapped
+	// the ids unmapped: caches of ids (sorted, accessIDs) are valid while
+	// both are unchanged.
+	assigned, unmapped uint64
 	// sorted caches the ids in string order for facets; inOrder rebuilds
 	// it when strings were added. Readers share it under the Store's read
 	// lock, so sortMu serializes the rebuild.
 	sortMu sync.Mutex
-	sorted atomic.Pointer[[]uint32]
+	sorted atomic.Pointer[sortedIDs]
 	// last and lastID cache the last interned string: rows arrive grouped
 	// by cluster and namespace, so most interns are a string comparison
 	// instead of a hashed lookup. Only intern (under the write lock) uses
@@ -33,27 +142,77 @@ type strDict struct {
 	hasLast bool
 }
 
+// sortedIDs is the ids in string order as of assigned.
+type sortedIDs struct {
+	ids      []uint32
+	assigned uint64
+}
+
 func newStrDict() *strDict {
 	return &strDict{ids: map[string]uint32{}}
 }
 
-// intern returns the id of s, adding it when new.
+// intern returns the id of s, adding it when new: a free id if there is
+// one.
 func (d *strDict) intern(s string) uint32 {
 	if d.hasLast && s == d.last {
 		return d.lastID
 	}
 	id, ok := d.ids[s]
 	if !ok {
-		id = uint32(len(d.strs))
 		s = cloneString(s)
-		d.strs = append(d.strs, s)
+		if id, ok = d.rc.pop(); ok {
+			d.strs[id], d.refs[id] = s, 0
+		} else {
+			id = uint32(len(d.strs))
+			d.strs = append(d.strs, s)
+			d.refs = append(d.refs, 0)
+		}
 		d.ids[s] = id
+		d.assigned++
 	}
 	d.last, d.lastID, d.hasLast = d.strs[id], id, true
 	return id
 }
 
-// lookup returns the id of s if it was ever interned.
+// ref counts one more use of id.
+func (d *strDict) ref(id uint32) { d.refs[id]++ }
+
+// unref counts one use of id less, listing it as a candidate for
+// retirement when that was the last.
+func (d *strDict) unref(id uint32) {
+	if d.refs[id]--; d.refs[id] == 0 {
+		d.rc.zero = append(d.rc.zero, id)
+	}
+}
+
+// unmapZero retires the ids whose count is still zero (see recycler),
+// stamped seq and epoch; it returns how many.
+func (d *strDict) unmapZero(seq, epoch uint64) int {
+	if len(d.rc.zero) == 0 {
+		return 0
+	}
+	return d.rc.unmapZero(seq, epoch, func(id uint32) bool { return d.refs[id] == 0 }, func(id uint32) bool {
+		s := d.strs[id]
+		if cur, ok := d.ids[s]; !ok || cur != id {
+			return false
+		}
+		delete(d.ids, s)
+		d.unmapped++
+		d.hasLast = false
+		return true
+	})
+}
+
+// reclaim frees the retired ids nothing can resolve any more (see
+// recycler), dropping their strings.
+func (d *strDict) reclaim(feedFirst, oldestRead uint64) {
+	if len(d.rc.retired) > 0 {
+		d.rc.reclaim(feedFirst, oldestRead, func(id uint32) { d.strs[id] = "" })
+	}
+}
+
+// lookup returns the id of s if it is interned.
 func (d *strDict) lookup(s string) (uint32, bool) {
 	id, ok := d.ids[s]
 	return id, ok
@@ -62,26 +221,30 @@ func (d *strDict) lookup(s string) (uint32, bool) {
 // str returns the string of id.
 func (d *strDict) str(id uint32) string { return d.strs[id] }
 
-// len returns how many strings were interned.
+// len returns the size of the id space: ids are below it.
 func (d *strDict) len() int { return len(d.strs) }
+
+// held returns how many strings the dictionary holds: interned, or
+// retired and waiting to be reclaimed. It is what DictionaryStats reports.
+func (d *strDict) held() int { return len(d.strs) - len(d.rc.free) }
 
 // inOrder returns every id in string order. It must be called with the
 // Store's lock held (read or write), so that no string is being added.
 func (d *strDict) inOrder() []uint32 {
-	if p := d.sorted.Load(); p != nil && len(*p) == len(d.strs) {
-		return *p
+	if p := d.sorted.Load(); p != nil && p.assigned == d.assigned {
+		return p.ids
 	}
 	d.sortMu.Lock()
 	defer d.sortMu.Unlock()
-	if p := d.sorted.Load(); p != nil && len(*p) == len(d.strs) {
-		return *p
+	if p := d.sorted.Load(); p != nil && p.assigned == d.assigned {
+		return p.ids
 	}
 	ids := make([]uint32, len(d.strs))
 	for i := range ids {
 		ids[i] = uint32(i)
 	}
 	slices.SortFunc(ids, func(a, b uint32) int { return strings.Compare(d.strs[a], d.strs[b]) })
-	d.sorted.Store(&ids)
+	d.sorted.Store(&sortedIDs{ids: ids, assigned: d.assigned})
 	return ids
 }
 
@@ -214,10 +377,13 @@ type labelPair struct {
 // text took 700–760 ns per label against 360–450 ns, because comparing
 // the text loads a string that is never in cache.
 type labelDict struct {
-	keys    *strDict
+	keys    *strDict // counted by the pairs not yet free that use them
 	values  *strDict
 	pairIDs map[uint64]uint32
 	pairs   []labelPair
+	// rc recycles pair ids; a pair's count is its posting list (see
+	// recycler).
+	rc recycler
 }
 
 func newLabelDict() *labelDict {
@@ -231,13 +397,53 @@ func (d *labelDict) intern(key, value string) uint32 {
 	if id, ok := d.pairIDs[pk]; ok {
 		return id
 	}
-	id := uint32(len(d.pairs))
-	d.pairs = append(d.pairs, labelPair{kid: kid, vid: vid})
+	d.keys.ref(kid)
+	d.values.ref(vid)
+	id, ok := d.rc.pop()
+	if ok {
+		d.pairs[id] = labelPair{kid: kid, vid: vid}
+	} else {
+		id = uint32(len(d.pairs))
+		d.pairs = append(d.pairs, labelPair{kid: kid, vid: vid})
+	}
 	d.pairIDs[pk] = id
 	return id
 }
 
-// lookup returns the pair id of key=value if it was ever interned.
+// unused lists pair pid as a candidate for retirement once a removal left
+// no row carrying it.
+func (d *labelDict) unused(pid uint32) {
+	d.rc.zero = append(d.rc.zero, pid)
+}
+
+// recycle runs the recycler steps of the label dictionaries at the end of
+// a commit (see recycler): it reclaims the pairs, then the keys and values
+// nothing can resolve any more, and retires the pairs, keys and values
+// left unused. It returns how many ids it retired.
+func (d *labelDict) recycle(seq, epoch, feedFirst, oldestRead uint64) int {
+	if len(d.rc.retired) > 0 {
+		d.rc.reclaim(feedFirst, oldestRead, d.reclaimPair)
+	}
+	// No event refers to a key or value but through a pair, which is
+	// free by now: only paused reads may hold them.
+	d.keys.reclaim(feedFirst, oldestRead)
+	d.values.reclaim(feedFirst, oldestRead)
+	n := 0
+	if len(d.rc.zero) > 0 {
+		n += d.rc.unmapZero(seq, epoch, func(pid uint32) bool { return d.pairs[pid].rows.len() == 0 }, func(pid uint32) bool {
+			p := d.pairs[pid]
+			pk := uint64(p.kid)<<32 | uint64(p.vid)
+			if cur, ok := d.pairIDs[pk]; !ok || cur != pid {
+				return false
+			}
+			delete(d.pairIDs, pk)
+			return true
+		})
+	}
+	return n + d.keys.unmapZero(0, epoch) + d.values.unmapZero(0, epoch)
+}
+
+// lookup returns the pair id of key=value if it is interned.
 func (d *labelDict) lookup(key, value string) (uint32, bool) {
 	kid, ok := d.keys.lookup(key)
 	if !ok {
@@ -250,6 +456,17 @@ func (d *labelDict) lookup(key, value string) (uint32, bool) {
 	id, ok := d.pairIDs[uint64(kid)<<32|uint64(vid)]
 	return id, ok
 }
+
+// reclaimPair frees pair pid, which counted as a use of its key and value.
+func (d *labelDict) reclaimPair(pid uint32) {
+	p := d.pairs[pid]
+	d.keys.unref(p.kid)
+	d.values.unref(p.vid)
+	d.pairs[pid] = labelPair{}
+}
+
+// held returns how many pairs the dictionary holds, as strDict.held.
+func (d *labelDict) held() int { return len(d.pairs) - len(d.rc.free) }
 
 // key and value return the strings of a pair.
 func (d *labelDict) key(pid uint32) string   { return d.keys.str(d.pairs[pid].kid) }
@@ -301,3 +518,23 @@ func (d *msgDict) release(s string) {
 
 // len returns the number of distinct messages in use.
 func (d *msgDict) len() int { return len(d.m) }
+
+// DictionaryStats are the sizes of the index's string dictionaries, for
+// metrics: how many strings each holds for the rows (interned, or no
+// longer used and waiting to be reclaimed). Namespaces and labels
+// are reclaimed when no row uses them any more (see recycler), so under
+// churn these follow the live rows rather than everything ever indexed.
+type DictionaryStats struct {
+	Clusters, Namespaces, LabelKeys, LabelValues, LabelPairs int
+}
+
+// DictionaryStats returns the dictionary sizes.
+func (s *Store) DictionaryStats() DictionaryStats {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	x := s.x
+	return DictionaryStats{
+		Clusters: x.clusters.held(), Namespaces: x.namespaces.held(),
+		LabelKeys: x.labels.keys.held(), LabelValues: x.labels.values.held(), LabelPairs: x.labels.held(),
+	}
+}

@@ -50,6 +50,7 @@ func (s *Store) Facets(ctx context.Context, f Filter, a *Access) (*Facets, error
 		return nil, err
 	}
 	p.pace = s.newPacer(ctx)
+	defer p.pace.done()
 	t := p.newTally(true, 0)
 	if !p.empty {
 		src := p.bestSource()

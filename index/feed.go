@@ -56,9 +56,12 @@ func (t EventType) String() string {
 
 // Event is one change, in commit order. Events are shared by every
 // subscriber and immutable; Object and Previous materialize their object
-// once, on first use, and share it, so that publishing costs nothing per
-// subscriber and a MODIFIED event costs two Objects however many
-// subscribers classify it.
+// once, when a subscription first delivers the event (or on first use),
+// and share it, so that publishing costs nothing per subscriber and a
+// MODIFIED event costs two Objects however many subscribers classify it.
+// An event holds rows, whose dictionary ids may be reused once the feed
+// has dropped the event (see recycler): Subscription.Next resolves them
+// while the feed still holds it.
 type Event struct {
 	// Seq is the global sequence number; a subscription resumes after it.
 	Seq  uint64
@@ -126,6 +129,19 @@ func (e *Event) materialize(r *objRow, cache *atomic.Pointer[Object]) *Object {
 	return o
 }
 
+// resolve materializes the event's objects, with the Store's read lock
+// held.
+func (e *Event) resolve(x *objIndex) {
+	for _, c := range [...]struct {
+		r     *objRow
+		cache *atomic.Pointer[Object]
+	}{{e.row, &e.obj}, {e.prev, &e.prevO}} {
+		if c.r != nil && c.cache.Load() == nil {
+			c.cache.CompareAndSwap(nil, x.object(c.r))
+		}
+	}
+}
+
 // feed is the change feed: a ring of the most recent events and a wake
 // channel closed on every publish.
 //
@@ -148,6 +164,7 @@ func (e *Event) materialize(r *objRow, cache *atomic.Pointer[Object]) *Object {
 // FeedStats.Resyncs. Holding no per-subscriber buffers is what keeps a
 // subscriber to a few hundred bytes.
 type feed struct {
+	s        *Store
 	mu       sync.RWMutex
 	capacity uint64   // the replay buffer (WithReplayBuffer)
 	ring     []*Event // events first..next-1 at Seq % len(ring); nil elsewhere
@@ -160,8 +177,8 @@ type feed struct {
 	subs      atomic.Int64
 }
 
-func newFeed(_ *Store, capacity int) *feed {
-	return &feed{capacity: uint64(capacity), ring: make([]*Event, capacity), first: 1, next: 1, wake: make(chan struct{})}
+func newFeed(s *Store, capacity int) *feed {
+	return &feed{s: s, capacity: uint64(capacity), ring: make([]*Event, capacity), first: 1, next: 1, wake: make(chan struct{})}
 }
 
 // publish appends one commit's events, whose Seq values continue the feed,
@@ -281,7 +298,10 @@ func (s *Store) Subscribe(after uint64) (*Subscription, error) {
 // Next waits for events and appends up to cap(buf)-len(buf) of them (at
 // least one; 256 when buf has no spare capacity) to buf. It returns
 // ErrResyncRequired when the subscriber fell behind the replay buffer, and
-// ctx.Err() when ctx ends first.
+// ctx.Err() when ctx ends first. The events come with their objects
+// materialized: Next resolves their dictionary ids under the Store's read
+// lock while the feed holds them, after which the ids may be reused (see
+// recycler).
 func (sub *Subscription) Next(ctx context.Context, buf []*Event) ([]*Event, error) {
 	if sub.closed {
 		return buf, errors.New("index: subscription closed")
@@ -292,24 +312,32 @@ func (sub *Subscription) Next(ctx context.Context, buf []*Event) ([]*Event, erro
 	}
 	f := sub.f
 	for {
+		// The Store's lock first, as writers take it before publishing.
+		f.s.mu.RLock()
 		f.mu.RLock()
 		if sub.next < f.first {
 			first := f.first
 			f.mu.RUnlock()
+			f.s.mu.RUnlock()
 			f.resyncs.Add(1)
 			return buf, fmt.Errorf("%w: next %d, oldest retained %d", ErrResyncRequired, sub.next, first)
 		}
 		if sub.next < f.next {
-			n := uint64(len(f.ring))
+			n, start := uint64(len(f.ring)), len(buf)
 			for ; sub.next < f.next && want > 0; want-- {
 				buf = append(buf, f.ring[sub.next%n])
 				sub.next++
 			}
 			f.mu.RUnlock()
+			for _, ev := range buf[start:] {
+				ev.resolve(f.s.x)
+			}
+			f.s.mu.RUnlock()
 			return buf, nil
 		}
 		wake := f.wake
 		f.mu.RUnlock()
+		f.s.mu.RUnlock()
 		select {
 		case <-wake:
 		case <-ctx.Done():

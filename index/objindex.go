@@ -78,7 +78,7 @@ func newObjIndex() *objIndex {
 		byNsName:   map[uint32]*cells{},
 		allCluster: &ClusterAccess{All: true},
 	}
-	x.namespaces.intern("")
+	x.namespaces.ref(x.namespaces.intern("")) // never retired
 	x.byName = newNameOrder(x)
 	return x
 }
@@ -138,6 +138,7 @@ func (x *objIndex) insertRow(r *objRow) {
 	ca := x.cluster(r.cid)
 	ca.rows.add(r.rid, x.maxRows())
 	x.byKindOf(ca, r.kind.kid).add(r.rid, x.maxRows())
+	x.namespaces.ref(r.nsid)
 	na := ca.nss[r.nsid]
 	if na == nil {
 		na = &nsAgg{}
@@ -164,6 +165,7 @@ func (x *objIndex) remove(r *objRow) {
 	if na.rows.len() == 0 {
 		delete(ca.nss, r.nsid)
 	}
+	x.namespaces.unref(r.nsid)
 	x.removeLabels(r)
 	x.byName.remove(r)
 	x.gens[r.rid]++
@@ -324,8 +326,22 @@ func (x *objIndex) removeLabels(r *objRow) {
 		pid := r.label(i)
 		lp := &x.labels.pairs[pid]
 		lp.rows.remove(rid)
+		if lp.rows.len() == 0 {
+			x.labels.unused(pid)
+		}
 		x.keyPost[lp.kid].remove(rid)
 	}
+}
+
+// recycle ends a commit whose last sequence number is seq: it reclaims the
+// dictionary ids nothing can resolve any more (the feed holds no event up
+// to their stamp, no paused read began before they were unmapped) and
+// retires the ids this commit left unused, stamped seq and epoch. It
+// reports whether it retired any (see recycler).
+func (x *objIndex) recycle(seq, epoch, feedFirst, oldestRead uint64) bool {
+	x.namespaces.reclaim(feedFirst, oldestRead)
+	n := x.labels.recycle(seq, epoch, feedFirst, oldestRead)
+	return n+x.namespaces.unmapZero(seq, epoch) > 0
 }
 
 // lookup returns the row of a key given as bytes, without allocating.

@@ -262,6 +262,7 @@ func (s *Store) Query(ctx context.Context, q Query) (*Page, error) {
 		return nil, err
 	}
 	p.pace = s.newPacer(ctx)
+	defer p.pace.done()
 	stale := staleClusters(txn)
 	page := &Page{Seq: s.seq, StaleClusters: p.staleInScope(stale), Edges: []Edge{}}
 	if p.empty {

@@ -23,9 +23,10 @@ import (
 // may not be seen, and Seq is the position when the read began (resuming a
 // subscription from it may deliver changes the answer already shows).
 // Rows are immutable values, so a row kept across a pause stays
-// consistent; the plan's dictionary ids stay valid because ids are never
-// reused (rows of kinds, namespaces or label values interned during the
-// read do not match it).
+// consistent; the plan's dictionary ids stay valid because an id is not
+// reused while a paused read that began before it was retired is in
+// flight (see recycler; rows of kinds, namespaces or label values
+// interned during the read do not match it).
 
 // scanChunk is how many rows a scan visits per hold of the read lock:
 // about 1.5 ms for the costliest filter the graph's limits allow (64
@@ -43,10 +44,30 @@ type pacer struct {
 	// paused is set after the first pause: row ids read before may now
 	// hold other rows, so exact sources must be checked again.
 	paused bool
+	// epoch is the dictionary epoch the read began in, registered in
+	// Store.pausedReads from its first pause until done: the dictionary
+	// ids it looked up stay unused until then (see recycler).
+	epoch uint64
 }
 
-// newPacer returns the pacer of one read, which holds s.mu.RLock.
-func (s *Store) newPacer(ctx context.Context) *pacer { return &pacer{s: s, ctx: ctx} }
+// newPacer returns the pacer of one read, which holds s.mu.RLock; the
+// read calls done when it ends.
+func (s *Store) newPacer(ctx context.Context) *pacer {
+	return &pacer{s: s, ctx: ctx, epoch: s.dictEpoch}
+}
+
+// done ends the read: the ids it holds may be reused.
+func (pc *pacer) done() {
+	if !pc.paused {
+		return
+	}
+	s := pc.s
+	s.pausedMu.Lock()
+	if s.pausedReads[pc.epoch]--; s.pausedReads[pc.epoch] == 0 {
+		delete(s.pausedReads, pc.epoch)
+	}
+	s.pausedMu.Unlock()
+}
 
 // due reports whether the read should pause: a writer waits for the lock
 // (readers arriving after it wait for it too) or the context has ended.
@@ -65,6 +86,15 @@ func (pc *pacer) due() bool {
 func (pc *pacer) pause() error {
 	if !pc.due() {
 		return nil
+	}
+	if !pc.paused {
+		s := pc.s
+		s.pausedMu.Lock()
+		if s.pausedReads == nil {
+			s.pausedReads = map[uint64]int{}
+		}
+		s.pausedReads[pc.epoch]++
+		s.pausedMu.Unlock()
 	}
 	pc.s.mu.RUnlock()
 	if pc.s.pauseHook != nil {

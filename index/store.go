@@ -58,6 +58,14 @@ type Store struct {
 	queue   []*writeReq
 	leading bool
 
+	// dictEpoch counts the commits that retired dictionary ids, and
+	// pausedReads the long reads that paused, by the epoch they began in:
+	// an id retired in epoch e is reused only once every paused read
+	// began in e or later (see recycler). dictEpoch is guarded by mu.
+	dictEpoch   uint64
+	pausedMu    sync.Mutex
+	pausedReads map[uint64]int
+
 	// pauseHook, set by tests only, runs in every pause of a long read
 	// (see pacer), without the read lock.
 	pauseHook func()
@@ -278,6 +286,23 @@ func (w *writeTxn) commit() {
 	}
 	s.seq = w.seq
 	s.feed.publish(w.events)
+	// The writer holds mu, and only writers publish, so the feed's
+	// position is stable here.
+	if s.x.recycle(s.seq, s.dictEpoch+1, s.feed.first, s.oldestPausedRead()) {
+		s.dictEpoch++
+	}
+}
+
+// oldestPausedRead returns the epoch the oldest paused read in flight
+// began in, or the largest epoch when none is.
+func (s *Store) oldestPausedRead() uint64 {
+	s.pausedMu.Lock()
+	defer s.pausedMu.Unlock()
+	oldest := ^uint64(0)
+	for e := range s.pausedReads {
+		oldest = min(oldest, e)
+	}
+	return oldest
 }
 
 // end finishes a write, committed or not: it adds the inserted rows to the

@@ -1,0 +1,174 @@
+package index
+
+import (
+	"fmt"
+	"testing"
+)
+
+// TestDictionariesReclaimChurnedStrings churns many distinct label keys,
+// label values and namespaces through rows that are created and deleted,
+// as an edge sending fresh values would: the dictionaries, their id
+// spaces included, stay bounded by the live rows plus what the change
+// feed still holds, and the live rows read back as written.
+func TestDictionariesReclaimChurnedStrings(t *testing.T) {
+	const (
+		live   = 10   // rows alive at any time
+		churn  = 3000 // rows created, and all but the last live deleted
+		replay = 32   // change events the feed keeps
+	)
+	s, _ := newTestStore(t, WithReplayBuffer(replay))
+	row := func(i int) Object {
+		return pod("c0", fmt.Sprintf("ns-%d", i), fmt.Sprintf("p-%d", i), StatusHealthy,
+			map[string]string{"app": fmt.Sprintf("v-%d", i), fmt.Sprintf("k-%d", i): "x", "tier": "web"})
+	}
+	for i := range churn {
+		mustNoErr(t, s.Upsert(ctxb, row(i)))
+		if i >= live {
+			old := row(i - live)
+			mustNoErr(t, s.Delete(ctxb, old.Key()))
+		}
+	}
+	// Every row holds 3 pairs, 2 keys and values of its own, 1 namespace;
+	// the feed holds the events of replay/2 rows, whose strings wait.
+	bound := func(perRow int) int { return perRow*(live+replay) + 2 }
+	x := s.x
+	for _, d := range []struct {
+		name      string
+		held, ids int
+		perRow    int
+	}{
+		{"namespaces", x.namespaces.held(), x.namespaces.len(), 1},
+		{"label keys", x.labels.keys.held(), x.labels.keys.len(), 1},
+		{"label values", x.labels.values.held(), x.labels.values.len(), 1},
+		{"label pairs", x.labels.held(), len(x.labels.pairs), 2},
+	} {
+		if d.held > bound(d.perRow) || d.ids > bound(d.perRow) {
+			t.Errorf("%s: %d held, id space %d, after %d rows churned with %d live; want at most %d",
+				d.name, d.held, d.ids, churn, live, bound(d.perRow))
+		}
+	}
+	st := s.DictionaryStats()
+	if st.LabelValues != x.labels.values.held() || st.Namespaces != x.namespaces.held() {
+		t.Errorf("DictionaryStats %+v disagrees with the dictionaries", st)
+	}
+	// The live rows read back and are found by their labels and
+	// namespaces; nothing else is.
+	for i := churn - live; i < churn; i++ {
+		want := row(i)
+		got, ok := s.Get(want.Key())
+		if !ok || got.Namespace != want.Namespace || len(got.Labels) != 3 ||
+			got.Labels["app"] != want.Labels["app"] || got.Labels[fmt.Sprintf("k-%d", i)] != "x" {
+			t.Fatalf("row %d reads %+v, want the labels %v", i, got, want.Labels)
+		}
+		for _, f := range []Filter{
+			{LabelSelector: "app=" + want.Labels["app"]},
+			{LabelSelector: fmt.Sprintf("k-%d", i)},
+			{Namespaces: []string{want.Namespace}},
+		} {
+			page, err := s.Query(ctxb, Query{Filter: f, Access: &Access{All: true}, First: 10})
+			mustNoErr(t, err)
+			if len(page.Edges) != 1 || page.Edges[0].Object.Name != want.Name {
+				t.Fatalf("%+v found %d rows, want %s", f, len(page.Edges), want.Name)
+			}
+		}
+	}
+	page, err := s.Query(ctxb, Query{Filter: Filter{LabelSelector: "tier=web"}, Access: &Access{All: true}, First: 100})
+	mustNoErr(t, err)
+	if page.TotalCount != live {
+		t.Errorf("tier=web matches %d rows, want %d", page.TotalCount, live)
+	}
+	f, err := s.Facets(ctxb, Filter{}, &Access{All: true})
+	mustNoErr(t, err)
+	if len(f.Namespaces) != live {
+		t.Errorf("namespace facet %+v, want the %d live namespaces", f.Namespaces, live)
+	}
+}
+
+// TestReclaimedIDsKeepDeliveredEvents checks that events a subscription
+// delivered read as written after the feed dropped them and their ids
+// were reused for other strings.
+func TestReclaimedIDsKeepDeliveredEvents(t *testing.T) {
+	const replay = 8
+	s, _ := newTestStore(t, WithReplayBuffer(replay))
+	sub, err := s.Subscribe(s.LastSeq())
+	mustNoErr(t, err)
+	defer sub.Close()
+	write := func(gen int) {
+		for i := range 4 {
+			mustNoErr(t, s.Upsert(ctxb, pod("c0", fmt.Sprintf("ns-%d-%d", gen, i), "p", StatusHealthy,
+				map[string]string{"app": fmt.Sprintf("v-%d-%d", gen, i)})))
+		}
+		for i := range 4 {
+			mustNoErr(t, s.Delete(ctxb, Key{Cluster: "c0", Kind: "Pod", Namespace: fmt.Sprintf("ns-%d-%d", gen, i), Name: "p"}))
+		}
+	}
+	write(0)
+	evs, err := sub.Next(ctxb, make([]*Event, 0, 64))
+	mustNoErr(t, err)
+	if len(evs) != 8 {
+		t.Fatalf("got %d events, want 8", len(evs))
+	}
+	// Enough churn for the feed to drop the events above, and their ids
+	// to be reclaimed and reused.
+	for gen := 1; gen < 6; gen++ {
+		write(gen)
+	}
+	if n := s.x.labels.values.len(); n > 2*replay {
+		t.Fatalf("label values id space %d: the test needs ids reused", n)
+	}
+	for i, ev := range evs {
+		o := ev.Object()
+		if want := fmt.Sprintf("ns-0-%d", i%4); o.Namespace != want || o.Labels["app"] != fmt.Sprintf("v-0-%d", i%4) {
+			t.Errorf("event %d (%s) reads %s %v, want %s app=v-0-%d", i, ev.Type, o.Namespace, o.Labels, want, i%4)
+		}
+	}
+}
+
+// TestPausedReadKeepsItsIDs checks that a long read that paused keeps the
+// dictionary ids it looked up: a label pair whose rows were deleted during
+// the pause is not reused for another pair until the read ends, so the
+// read's selector still means what it said.
+func TestPausedReadKeepsItsIDs(t *testing.T) {
+	s, _ := newTestStore(t, WithReplayBuffer(4))
+	var rows []Object
+	for i := range 3 * scanChunk {
+		rows = append(rows, pod("c0", "ns0", fmt.Sprintf("p-%05d", i), StatusHealthy, map[string]string{"app": "a"}))
+	}
+	for i := range 5 {
+		rows = append(rows, pod("c0", "ns0", fmt.Sprintf("gone-%d", i), StatusHealthy, map[string]string{"app": "a", "tag": "gone"}))
+	}
+	mustNoErr(t, s.Replace(ctxb, "c0", podKind, rows))
+	writerWaits(t, s)
+	pauses := 0
+	s.pauseHook = func() {
+		if pauses++; pauses != 1 {
+			return
+		}
+		// tag=gone loses its rows, the feed moves far past that, and
+		// the rows of the last chunk get a new pair.
+		for i := range 5 {
+			mustNoErr(t, s.Delete(ctxb, Key{Cluster: "c0", Kind: "Pod", Namespace: "ns0", Name: fmt.Sprintf("gone-%d", i)}))
+		}
+		for i := range 10 {
+			mustNoErr(t, s.Upsert(ctxb, pod("c0", "ns1", fmt.Sprintf("filler-%d", i), StatusHealthy, nil)))
+		}
+		for i := 2 * scanChunk; i < 3*scanChunk; i++ {
+			mustNoErr(t, s.Upsert(ctxb, pod("c0", "ns0", fmt.Sprintf("p-%05d", i), StatusHealthy, map[string]string{"app": "a", "tag": "new"})))
+		}
+	}
+	page, err := s.Query(ctxb, Query{Filter: Filter{LabelSelector: "app=a,tag!=gone"}, Access: &Access{All: true}, First: 1})
+	mustNoErr(t, err)
+	if pauses < 2 {
+		t.Fatalf("the read paused %d times; want several", pauses)
+	}
+	if want := 3 * scanChunk; page.TotalCount != want {
+		t.Errorf("app=a,tag!=gone counted %d rows, want %d: tag=new rows were taken for tag=gone", page.TotalCount, want)
+	}
+	// Once the read is over the ids are reused.
+	for i := range 10 {
+		mustNoErr(t, s.Upsert(ctxb, pod("c0", "ns1", fmt.Sprintf("filler-%d", i), StatusUnhealthy, nil)))
+	}
+	if len(s.x.labels.rc.free) == 0 {
+		t.Errorf("no pair id was reclaimed after the read ended")
+	}
+}
