@@ -254,8 +254,11 @@ func (c *dictionaryCollector) Collect(ch chan<- prometheus.Metric) {
 		name string
 		n    int
 	}{
-		{"clusters", st.Clusters}, {"namespaces", st.Namespaces},
-		{"label_keys", st.LabelKeys}, {"label_values", st.LabelValues}, {"label_pairs", st.LabelPairs},
+		{"clusters", st.Clusters},
+		{"namespaces", st.Namespaces},
+		{"label_keys", st.LabelKeys},
+		{"label_values", st.LabelValues},
+		{"label_pairs", st.LabelPairs},
 	} {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(d.n), d.name)
 	}
