@@ -39,9 +39,11 @@ import (
 // A label pair counts as used while a row carries it (its posting list is
 // the count); a label key or value while a pair that is not yet free
 // refers to it, so that a retired pair still resolves. Clusters and kinds
-// are not reclaimed: clusters are the operator's (an edge speaks for one),
-// and kinds per cluster are bounded by the edge limits (a kind retired by
-// a full snapshot keeps its entry; see docs/security.md).
+// are not reclaimed: clusters are the operator's (an edge speaks for one);
+// kinds are bounded per cluster at any time by the edge limits, but a kind
+// retired by a full snapshot keeps its entry (see docs/security.md). Rows
+// point at their kindInfo, so reclaiming kinds would only need the paused
+// read rule for kid and seq, and accessIDs to notice.
 //
 // Every id a write interns is used by a row of that write (rows are
 // validated before anything is interned), so new ids need no candidate
