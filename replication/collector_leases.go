@@ -272,7 +272,7 @@ func (c *Collector) Claim(ctx context.Context, cluster, instance string) error {
 	lk := c.lock(cluster)
 	defer lk.Unlock()
 	c.mu.Lock()
-	h := c.held[cluster]
+	h, renewed := c.held[cluster], c.renewed
 	c.mu.Unlock()
 	if c.ls == nil {
 		if h == nil {
@@ -285,6 +285,14 @@ func (c *Collector) Claim(ctx context.Context, cluster, instance string) error {
 	if h != nil {
 		c.noteEdge(ctx, cluster, instance, time.Time{})
 		return nil
+	}
+	// A collector takes nothing without a live lease of its own (as in
+	// reconcileLeases): before its first renewal, a cluster lease it won
+	// would name a holder the others see as dead, and one of them would
+	// adopt the cluster at once; its lease cache would not be synced yet
+	// either, so every other holder would look dead to it.
+	if time.Since(renewed) >= c.ls.duration {
+		return retryLater("collector %s has no live lease of its own yet", c.id)
 	}
 	cur, err := c.ls.getCluster(ctx, cluster)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/fleetgraph/fleetgraph/connection"
+	"github.com/fleetgraph/fleetgraph/connection/edge"
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/index/memtables"
 	"github.com/fleetgraph/fleetgraph/internal/conntest"
@@ -306,4 +307,76 @@ func updates() map[string]string {
 		}
 	}
 	return out
+}
+
+// TestClaimWaitsForOwnLease: an edge that reaches a collector before the
+// collector's first lease renewal is asked to retry, and no cluster lease
+// is written: one naming a holder without a live collector lease would be
+// adopted at once by any other collector (a fresh clone's make test saw
+// collector b take an edge's cluster from a the moment a claimed it).
+// Once the collector's own lease is written, the same claim succeeds.
+func TestClaimWaitsForOwnLease(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Name: "mgmt"})
+	const ns = "fleetgraph-leases"
+	kube := kubernetes.NewForConfigOrDie(c.DirectConfig)
+	if _, err := kube.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s := natsServer(t)
+	nc, err := ConnectEmbedded(s)
+	must(t, err)
+	t.Cleanup(nc.Close)
+	store := index.New(memtables.Open)
+	node, err := New(Options{Conn: nc, Store: store, Name: NewIncarnation("a")})
+	must(t, err)
+	manager, err := connection.NewManager(connection.Options{Store: node})
+	must(t, err)
+	col, err := NewCollector(CollectorOptions{
+		Node: node, Manager: manager,
+		Leases: &LeaseOptions{Client: kube, Namespace: ns, ID: "a", Duration: 3 * time.Second},
+	})
+	must(t, err)
+
+	// Without the rule, this claim writes the lease and then waits for
+	// the Node, which is not running yet: the deadline ends that wait.
+	early, cancelEarly := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancelEarly()
+	err = col.Claim(early, "edge-leaf", "vm-1")
+	var reject *edge.Reject
+	if !errors.As(err, &reject) || reject.Reason != edge.ReasonGracePeriod || reject.RetryAfterMillis <= 0 {
+		t.Fatalf("a claim before the collector's first renewal: %v, want a reject asking to retry", err)
+	}
+	if _, err := kube.CoordinationV1().Leases(ns).Get(t.Context(), clusterLeaseName("edge-leaf"), metav1.GetOptions{}); err == nil {
+		t.Fatal("the refused claim wrote the cluster's lease")
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 3)
+	go func() { done <- node.Run(ctx) }()
+	go func() { done <- manager.Run(ctx) }()
+	go func() { done <- col.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		for range 3 {
+			if err := <-done; err != nil {
+				t.Errorf("collector: %v", err)
+			}
+		}
+	})
+	waitFor(t, "the collector holds its own lease", 30*time.Second, func() error {
+		col.mu.Lock()
+		defer col.mu.Unlock()
+		if col.mine == nil {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if err := col.Claim(t.Context(), "edge-leaf", "vm-1"); err != nil {
+		t.Fatalf("a claim once the collector's lease is live: %v", err)
+	}
+	l, err := kube.CoordinationV1().Leases(ns).Get(t.Context(), clusterLeaseName("edge-leaf"), metav1.GetOptions{})
+	must(t, err)
+	if got := ptr.Deref(l.Spec.HolderIdentity, ""); collectorOf(got) != "a" {
+		t.Fatalf("the cluster's lease is held by %q, want collector a", got)
+	}
 }
