@@ -72,10 +72,13 @@ func isWebsocket(ctx context.Context) bool {
 }
 
 // operation is per-operation state: the error a subscription's pump ended
-// with (see endWith).
+// with (see endWith), and the encoded events of an objectChanges
+// subscription on the events fast path (fastevents.go), which its pump
+// sends and eventsInterceptor reads.
 type operation struct {
 	mu     sync.Mutex
 	endErr error
+	events <-chan []byte
 }
 
 func withOperation(ctx context.Context) context.Context {

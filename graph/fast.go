@@ -183,12 +183,18 @@ type fastValue struct {
 	label   [2]string // key, value
 	owner   *index.OwnerRef
 	scratch []string // label keys, reused across objects
+
+	change *index.ObjectChange // ObjectChangeEvent (fastevents.go)
+	cursor string              // its cursor
 }
 
 // fastWriters says, per type under Query.objects, how to write each field.
 // The schema says which types and fields there are; TestFastWritersCoverTheSchema
 // fails when one of them has no writer here.
+// ObjectChangeEvent, under Subscription.objectChanges, is written by the
+// events fast path (fastevents.go) with the same writers below it.
 var fastWriters = map[string]map[string]fieldWriter{
+	"ObjectChangeEvent": objectChangeEventWriters,
 	"ObjectConnection": {
 		"edges": func(b []byte, f *fieldPlan, v *fastValue) []byte {
 			return appendList(b, len(v.edges), func(b []byte, i int) []byte {
@@ -304,6 +310,7 @@ type selPlan struct {
 
 type fieldPlan struct {
 	key   []byte
+	name  string      // the field's name in the schema
 	write fieldWriter // nil for __typename
 	sub   *selPlan    // for object and list-of-object fields
 }
@@ -319,7 +326,7 @@ func (f *fastPath) plan(op *graphql.OperationContext, sel ast.SelectionSet, type
 	satisfies := append([]string{def.Name}, def.Interfaces...)
 	p = &selPlan{typeName: typeName}
 	for _, c := range graphql.CollectFields(op, sel, satisfies) {
-		fp := fieldPlan{key: append(appendGQLString(nil, c.Alias), ':')}
+		fp := fieldPlan{key: append(appendGQLString(nil, c.Alias), ':'), name: c.Name}
 		if c.Name != "__typename" {
 			if fp.write = writers[c.Name]; fp.write == nil || c.Definition == nil {
 				return nil, false

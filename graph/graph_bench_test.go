@@ -91,16 +91,11 @@ func BenchmarkGraphFleet(b *testing.B) {
 	h, srv := startBenchServer(b, store, csv.String(), nil)
 
 	clients := startBenchClients(b, srv.URL, tokens, p.subscribers)
-	if path := os.Getenv("FLEETGRAPH_BENCH_Q3_CPUPROFILE"); path != "" {
-		f, err := os.Create(path)
-		must(b, err)
-		must(b, pprof.StartCPUProfile(f))
-		defer func() { _ = f.Close() }()
-	}
+	stopProfile := benchCPUProfile(b, "FLEETGRAPH_BENCH_Q3_CPUPROFILE")
 	cpu0 := measure.CPUTime()
 	q3 := clients.q3(b, tokens["viewer-q3"], p.queries)
 	serverCPU := (measure.CPUTime() - cpu0) / time.Duration(p.queries+min(p.queries/10, 100))
-	pprof.StopCPUProfile()
+	stopProfile()
 	p50, p99 := time.Duration(q3.P50*1e6), time.Duration(q3.P99*1e6)
 	b.Logf("Q3 over HTTP: p50 %v p99 %v; server CPU per query %v", p50, p99, serverCPU)
 
@@ -115,6 +110,7 @@ func BenchmarkGraphFleet(b *testing.B) {
 	waitHub(b, h, p.subscribers)
 	time.Sleep(time.Second) // let the pumps compute their routes
 
+	stopProfile = benchCPUProfile(b, "FLEETGRAPH_BENCH_CHURN_CPUPROFILE")
 	ch := benchChurn(ctx, b, store, p, func() {
 		heap := measure.LiveHeapAndStacks()
 		if path := os.Getenv("FLEETGRAPH_BENCH_HEAPPROFILE"); path != "" {
@@ -128,6 +124,7 @@ func BenchmarkGraphFleet(b *testing.B) {
 	})
 	heapPerSub := float64(heapBefore) / float64(p.subscribers)
 	clients.await(b, ch.deliveries)
+	stopProfile()
 	lat := clients.stop(b)
 	b.Logf("fan-out: %d deliveries of %d changes (%d expected), p50 %.1f ms, p99 %.1f ms, max %.1f ms",
 		lat.Count, ch.published, ch.deliveries, lat.P50, lat.P99, lat.Max)
@@ -146,6 +143,24 @@ func BenchmarkGraphFleet(b *testing.B) {
 	b.ReportMetric(lat.P99, "delivery_p99_ms")
 	b.ReportMetric(meanFanout, "mean_fanout")
 	b.ReportMetric(heapPerSub/1024, "heap_KiB/subscriber")
+}
+
+// benchCPUProfile writes the server's CPU profile to the file the
+// environment variable env names, if any, until the returned function is
+// called: FLEETGRAPH_BENCH_Q3_CPUPROFILE covers the Q3 queries,
+// FLEETGRAPH_BENCH_CHURN_CPUPROFILE the churn and its deliveries.
+func benchCPUProfile(b *testing.B, env string) (stop func()) {
+	path := os.Getenv(env)
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	must(b, err)
+	must(b, pprof.StartCPUProfile(f))
+	return func() {
+		pprof.StopCPUProfile()
+		must(b, f.Close())
+	}
 }
 
 // BenchmarkQueryQ3 is Q3 over HTTP POST alone, on a 100k-object fleet, for

@@ -135,6 +135,9 @@ func NewHandler(opts Options) (*Handler, error) {
 	} else {
 		h.fast = newFastPath(h.svc, es.Schema())
 		srv.AroundRootFields(h.fast.middleware())
+		// Last: the innermost response interceptor (fastevents.go).
+		h.svc.events = newEventPath(h.fast)
+		srv.Use(eventsInterceptor{})
 	}
 
 	mux := http.NewServeMux()

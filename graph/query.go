@@ -29,7 +29,8 @@ type service struct {
 	subBuffer   int
 	limits      Limits
 	admission   *admission
-	epoch       uint64 // random per handler; part of change cursors
+	epoch       uint64     // random per handler; part of change cursors
+	events      *eventPath // nil when an extension intercepts fields
 	now         func() time.Time
 }
 

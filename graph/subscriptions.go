@@ -101,6 +101,9 @@ func (s *service) objectChanges(ctx context.Context, filter *model.ObjectFilter,
 	if err != nil {
 		return nil, indexError(err)
 	}
+	if sh, ok := s.events.shape(ctx); ok {
+		return startEventPump(ctx, s, st, sh)
+	}
 	return startPump(ctx, s, subObjects, st, func(c index.ObjectChange) *model.ObjectChangeEvent {
 		return &model.ObjectChangeEvent{
 			Type:   model.ChangeType(c.Type.String()),
@@ -108,6 +111,38 @@ func (s *service) objectChanges(ctx context.Context, filter *model.ObjectFilter,
 			Cursor: s.encodeChangeCursor(c.Seq),
 		}
 	})
+}
+
+// startEventPump starts the pump of an objectChanges subscription on the
+// events fast path (fastevents.go): it sends each change encoded, shared
+// with the other subscriptions of the same shape, on the operation's
+// events channel. The channel it returns to gqlgen carries nothing; the
+// pump closes it just before the events channel, so that gqlgen, asked
+// for the next response once the events end, ends the operation.
+func startEventPump(ctx context.Context, s *service, st *index.ObjectStream, sh *eventShape) (<-chan *model.ObjectChangeEvent, error) {
+	op, ok := ctx.Value(operationKey{}).(*operation)
+	if !ok {
+		s.events.release(sh)
+		st.Close()
+		return nil, errors.New("graph: a subscription without its operation state")
+	}
+	if err := s.streams.add(st); err != nil {
+		s.events.release(sh)
+		st.Close()
+		return nil, err
+	}
+	out := make(chan *model.ObjectChangeEvent)
+	events := make(chan []byte)
+	op.mu.Lock()
+	op.events = events
+	op.mu.Unlock()
+	s.events.served.Add(1)
+	s.metrics.subscriptionStarted(subObjects)
+	go pump(ctx, s, subObjects, st, events, func(c index.ObjectChange) []byte { return sh.encode(s, c) }, func() {
+		close(out)
+		s.events.release(sh)
+	})
+	return out, nil
 }
 
 // clusterConnection answers Subscription.clusterConnection: one event per
@@ -182,15 +217,19 @@ func startPump[C, M any](ctx context.Context, s *service, kind subKind, st strea
 	}
 	out := make(chan M)
 	s.metrics.subscriptionStarted(kind)
-	go pump(ctx, s, kind, st, out, convert)
+	go pump(ctx, s, kind, st, out, convert, nil)
 	return out, nil
 }
 
 // pump is the goroutine of one subscription: the only writer of out, which
-// it closes when the client completes the operation or the stream ends.
-func pump[C, M any](ctx context.Context, s *service, kind subKind, st stream[C], out chan<- M, convert func(C) M) {
+// it closes when the client completes the operation or the stream ends,
+// right after calling ending (if not nil).
+func pump[C, M any](ctx context.Context, s *service, kind subKind, st stream[C], out chan<- M, convert func(C) M, ending func()) {
 	reason := "completed"
 	defer func() {
+		if ending != nil {
+			ending()
+		}
 		close(out)
 		st.Close()
 		s.streams.remove(st)

@@ -378,8 +378,10 @@ func (c *wsConn) WriteJSON(v any) error {
 		return fmt.Errorf("graph: encoding a websocket message: %w", err)
 	}
 	var m wsEnvelope
-	if err := json.Unmarshal(b, &m); err != nil {
-		return fmt.Errorf("graph: reading back a websocket message: %w", err)
+	if !isDataMessage(b) {
+		if err := json.Unmarshal(b, &m); err != nil {
+			return fmt.Errorf("graph: reading back a websocket message: %w", err)
+		}
 	}
 	c.mu.Lock()
 	c.writing++ // before the operation ends, so Close waits for this message too
@@ -389,6 +391,20 @@ func (c *wsConn) WriteJSON(v any) error {
 	}
 	c.mu.Unlock()
 	return c.write(b)
+}
+
+// isDataMessage reports whether b, a message gqlgen wrote, is a
+// subscription event ("next", or "data" in graphql-ws), which neither
+// starts nor ends an operation, so that WriteJSON need not decode the
+// whole event to find its type. gqlgen's message structs put the type last
+// and encoding/json writes fields in order, so an event ends with
+// "type":"next"}; valid JSON has that suffix only when it is the
+// top-level object's last member (a quote before "type" that closed a
+// string could not be followed by a letter, and the payload, an object,
+// ends in a brace). If gqlgen reordered its fields the suffix would not
+// match and the message would be decoded as before.
+func isDataMessage(b []byte) bool {
+	return bytes.HasSuffix(b, []byte(`"type":"next"}`)) || bytes.HasSuffix(b, []byte(`"type":"data"}`))
 }
 
 // write sends one text message within the write timeout, then releases

@@ -150,3 +150,25 @@ func TestLegacyWebsocketReadDeadline(t *testing.T) {
 		}
 	}
 }
+
+// TestIsDataMessage: only an event's own type makes it a data message,
+// never a "type" field inside its payload.
+func TestIsDataMessage(t *testing.T) {
+	for _, tc := range []struct {
+		msg  string
+		data bool
+	}{
+		{`{"payload":{"data":{"objectChanges":{"type":"ADDED"}}},"id":"1","type":"next"}`, true},
+		{`{"payload":{"data":{}},"id":"1","type":"data"}`, true},
+		{`{"id":"1","type":"complete"}`, false},
+		{`{"payload":[{"message":"x"}],"id":"1","type":"error"}`, false},
+		{`{"payload":{"data":{"e":{"type":"next"}}},"id":"1","type":"complete"}`, false},
+		{`{"id":"1","type":"complete","payload":{"type":"next"}}`, false},
+		{`{"id":"\"type\":\"next","type":"error"}`, false},
+		{`{"type":"ka"}`, false},
+	} {
+		if got := isDataMessage([]byte(tc.msg)); got != tc.data {
+			t.Errorf("%s: data message %v, want %v", tc.msg, got, tc.data)
+		}
+	}
+}
