@@ -97,7 +97,7 @@ type wsAcceptor struct{ h *Handler }
 // Accept upgrades the request and starts the init timer.
 func (a wsAcceptor) Accept(w http.ResponseWriter, r *http.Request, _ transport.WebsocketAcceptOptions) (transport.WebsocketConn, error) {
 	h := a.h
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+	c, err := websocket.Accept(batchingResponseWriter{ResponseWriter: w, writeTimeout: h.opts.Websocket.WriteTimeout}, r, &websocket.AcceptOptions{
 		// Preferred first: coder picks the first of these the client
 		// offers.
 		Subprotocols:   []string{"graphql-transport-ws", "graphql-ws"},
