@@ -66,7 +66,7 @@ func (w batchingResponseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := brw.Writer.Flush(); err != nil {
+	if err := brw.Flush(); err != nil {
 		_ = conn.Close()
 		return nil, nil, fmt.Errorf("graph: flushing the upgrade response: %w", err)
 	}
@@ -139,7 +139,7 @@ func (c *batchConn) Close() error {
 	c.closing = true
 	// A write in progress to a peer that does not read gets the grace
 	// too, not the rest of the write timeout.
-	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.grace()))
+	_ = c.SetWriteDeadline(time.Now().Add(c.grace()))
 	c.room.Broadcast()
 	c.wake()
 	return nil
@@ -165,7 +165,7 @@ func (c *batchConn) flusher() {
 			if closing {
 				deadline = time.Now().Add(c.grace())
 			}
-			if err = c.Conn.SetWriteDeadline(deadline); err == nil {
+			if err = c.SetWriteDeadline(deadline); err == nil {
 				_, err = c.Conn.Write(out)
 			}
 		}

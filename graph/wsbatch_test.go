@@ -88,7 +88,7 @@ func TestBatchConnGathersWrites(t *testing.T) {
 // later writes fail, as coder's writes did.
 func TestBatchConnDropsAPeerThatDoesNotRead(t *testing.T) {
 	server, client := net.Pipe() // unbuffered: nobody reads the client end yet
-	defer client.Close()
+	defer func() { _ = client.Close() }()
 	bc := newBatchConn(server, 20*time.Millisecond)
 	if _, err := bc.Write([]byte("unread")); err != nil {
 		t.Fatal(err)
