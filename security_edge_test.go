@@ -271,6 +271,11 @@ func rawRows(t *testing.T, rows []index.Object) []json.RawMessage {
 	return raws
 }
 
+// thingKind is the fresh kind of churn round r.
+func thingKind(r int) index.Kind {
+	return index.Kind{Group: "example.com", Version: "v1", Kind: fmt.Sprintf("Thing%d", r), Resource: fmt.Sprintf("thing%ds", r), Namespaced: true}
+}
+
 // dictionaryStrings scrapes fleetgraph_index_dictionary_strings as a fleet
 // admin.
 func dictionaryStrings(t *testing.T, url, token string) map[string]int {
@@ -305,7 +310,8 @@ func dictionaryStrings(t *testing.T, url, token string) map[string]int {
 
 // TestEdgeChurnDoesNotGrowDictionaries plays an edge that replaces its
 // rows again and again, by full snapshots and by deltas, each time with
-// label keys, label values and a namespace never sent before, while
+// label keys, label values, a namespace and (in snapshots) a kind never
+// sent before, while
 // another cluster's rows sit in the index. The index's dictionaries
 // (fleetgraph_index_dictionary_strings) stay bounded by the live rows and
 // the replay buffer's recent past, not by everything the edge ever sent;
@@ -362,9 +368,15 @@ func TestEdgeChurnDoesNotGrowDictionaries(t *testing.T) {
 	}
 	for r := range rounds {
 		if r%2 == 0 {
-			// A full snapshot: last round's rows go (a new namespace).
+			// A full snapshot: last round's rows go (a new namespace),
+			// and so does last round's kind (a new one each time).
+			thing := thingKind(r)
+			rows := append(rowsOf(r), index.Object{
+				Cluster: "edge-a", Namespace: "ns-things", Group: thing.Group, Version: thing.Version, Kind: thing.Kind,
+				Resource: thing.Resource, Name: "thing", Status: index.StatusHealthy,
+			})
 			a.sendAcked(&edge.Message{Type: edge.TypeSnapshot, Snapshot: &edge.Snapshot{
-				ID: uint64(r) + 1, Final: true, Full: true, Kinds: kinds, Rows: rawRows(t, rowsOf(r)),
+				ID: uint64(r) + 1, Final: true, Full: true, Kinds: append(kinds, edge.KindState{Kind: thing, Synced: true}), Rows: rawRows(t, rows),
 			}})
 		} else {
 			// A delta replacing every row's labels in place.
@@ -374,8 +386,9 @@ func TestEdgeChurnDoesNotGrowDictionaries(t *testing.T) {
 	end := dictionaryStrings(t, url, "root-token")
 	// At most the live strings and about three rounds' worth (the
 	// replay buffer's) wait; without reclaiming, each grows by a round's
-	// worth per round (60 namespaces, 120 keys, about 4,800 values).
-	for d, most := range map[string]int{"namespaces": 20, "label_keys": 20, "label_values": 400, "label_pairs": 400} {
+	// worth per round (60 kinds and namespaces, 120 keys, about 4,800
+	// values).
+	for d, most := range map[string]int{"kinds": 5, "namespaces": 20, "label_keys": 20, "label_values": 400, "label_pairs": 400} {
 		if end[d] > start[d]+most {
 			t.Errorf("%s: %d strings after %d rounds of fresh strings (%d before); want at most %d more",
 				d, end[d], rounds, start[d], most)
@@ -393,7 +406,9 @@ func TestEdgeChurnDoesNotGrowDictionaries(t *testing.T) {
 		{fmt.Sprintf(`{labelSelector: "app=v-%d-7", namespaces: ["ns-%d"]}`, rounds-1, (rounds-1)/2), `"totalCount":1`},
 		{fmt.Sprintf(`{labelSelector: "key-%d=x"}`, rounds-1), fmt.Sprintf(`"totalCount":%d`, perRow)},
 		{`{labelSelector: "app=v-0-7"}`, `"totalCount":0`},
-		{`{clusters: ["edge-a"]}`, fmt.Sprintf(`"totalCount":%d`, perRow)},
+		{`{clusters: ["edge-a"], kinds: ["Pod"]}`, fmt.Sprintf(`"totalCount":%d`, perRow)},
+		{fmt.Sprintf(`{kinds: [%q]}`, thingKind(rounds-2).Kind), `"totalCount":1`},
+		{fmt.Sprintf(`{kinds: [%q]}`, thingKind(rounds-4).Kind), `"totalCount":0`},
 	} {
 		r := query(t, url, "root-token", fmt.Sprintf(`{ objects(first: 1, filter: %s) { totalCount } }`, c.filter))
 		if len(r.Errors) > 0 || !strings.Contains(string(r.Data), c.want) {

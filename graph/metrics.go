@@ -255,6 +255,7 @@ func (c *dictionaryCollector) Collect(ch chan<- prometheus.Metric) {
 		n    int
 	}{
 		{"clusters", st.Clusters},
+		{"kinds", st.Kinds},
 		{"namespaces", st.Namespaces},
 		{"label_keys", st.LabelKeys},
 		{"label_values", st.LabelValues},

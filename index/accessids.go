@@ -10,14 +10,14 @@ package index
 // It is built on a query's first use of the ClusterAccess and kept on it,
 // and authz caches ClusterAccess values per identity and RBAC revision, so
 // later queries reuse it. It stays right as rows come and go, except in
-// the cases that valid checks: a kind interned since (its bit would be
-// missing), a namespace unmapped since (its last row went: the namespace
-// would get another id when it comes back, and the id may be reused, see
-// recycler), and a namespace of the access set that had no id yet (a later
-// row may intern it).
+// the cases that valid checks: a kind interned or unmapped since (its bit
+// would be missing, or its seq may be reused), a namespace unmapped since
+// (its last row went: the namespace would get another id when it comes
+// back, and the id may be reused, see recycler), and a namespace of the
+// access set that had no id yet (a later row may intern it).
 type accessIDs struct {
 	x          *objIndex
-	kinds      int    // kindInfos interned when built
+	kinds      uint64 // kinds version when built
 	assigned   uint64 // namespace ids assigned when built; matters only if unresolved
 	unmapped   uint64 // namespace ids unmapped when built
 	unresolved bool   // a namespace of the access set had no id
@@ -37,7 +37,7 @@ func (b kindBits) has(seq uint32) bool {
 
 // valid reports whether ids still describes its ClusterAccess on x.
 func (ids *accessIDs) valid(x *objIndex) bool {
-	return ids.x == x && ids.kinds == len(x.kinds.infos) && ids.unmapped == x.namespaces.unmapped &&
+	return ids.x == x && ids.kinds == x.kinds.version && ids.unmapped == x.namespaces.unmapped &&
 		(!ids.unresolved || ids.assigned == x.namespaces.assigned)
 }
 
@@ -61,7 +61,7 @@ func (x *objIndex) resolveAccess(c *ClusterAccess) *accessIDs {
 		return ids
 	}
 	ids := &accessIDs{
-		x: x, kinds: len(x.kinds.infos), assigned: x.namespaces.assigned, unmapped: x.namespaces.unmapped,
+		x: x, kinds: x.kinds.version, assigned: x.namespaces.assigned, unmapped: x.namespaces.unmapped,
 		all: c.All, named: len(c.Named) > 0,
 	}
 	if !c.All {

@@ -38,12 +38,10 @@ import (
 //
 // A label pair counts as used while a row carries it (its posting list is
 // the count); a label key or value while a pair that is not yet free
-// refers to it, so that a retired pair still resolves. Clusters and kinds
-// are not reclaimed: clusters are the operator's (an edge speaks for one);
-// kinds are bounded per cluster at any time by the edge limits, but a kind
-// retired by a full snapshot keeps its entry (see docs/security.md). Rows
-// point at their kindInfo, so reclaiming kinds would only need the paused
-// read rule for kid and seq, and accessIDs to notice.
+// refers to it, so that a retired pair still resolves. Kinds are recycled
+// the same way (see kindDict), by the paused-read rule only: rows point at
+// their kindInfo, so no event resolves a kind through an id. Clusters are
+// not reclaimed: they are the operator's (an edge speaks for one).
 //
 // Every id a write interns is used by a row of that write (rows are
 // validated before anything is interned), so new ids need no candidate
@@ -269,9 +267,12 @@ type kindInfo struct {
 	// that work on cells (see kindDict).
 	kid uint32
 	gr  GroupResource
-	// seq numbers kindInfos densely in the order they were interned; it
-	// indexes the kind sets of resolved access sets (accessIDs).
+	// seq numbers the kindInfos interned (densely, reusing the seqs of
+	// reclaimed ones); it indexes the kind sets of resolved access sets
+	// (accessIDs).
 	seq uint32
+	// rows counts the rows that point at it (see recycler).
+	rows int32
 }
 
 // kindDict interns kindInfo values and kind ids.
@@ -284,6 +285,12 @@ type kindInfo struct {
 // CRD plural, or an edge that lies) gets a kid of its own, and can never
 // change which resource another cluster's rows are checked against. The
 // kind facet adds up the kids of one (group, kind).
+//
+// A kindInfo no row points at any more is unmapped at the end of the
+// commit, and a kid once no kindInfo has it; their seq and kid are reused
+// once no paused read that began before is in flight (see recycler).
+// Rows and events point at their kindInfo, so its strings never go
+// through an id and no event rule is needed.
 type kindDict struct {
 	infos map[Kind]*kindInfo
 	last  *kindInfo // the last interned kind: batches are mostly one kind
@@ -298,6 +305,18 @@ type kindDict struct {
 	// lists the kids of one (group, kind), for Replace.
 	kidsOfGR map[GroupResource][]uint32
 	kidsOfGK map[groupKindName][]uint32
+
+	// infosOf counts, by kid, the kindInfos mapped with that kid.
+	infosOf []uint32
+	// zero lists the kindInfos whose rows reached zero in this write;
+	// seqs and kidRC recycle seqs and kids, nextSeq is the next new seq.
+	zero    []*kindInfo
+	seqs    recycler
+	kidRC   recycler
+	nextSeq uint32
+	// version changes whenever the set of kindInfos does: accessIDs built
+	// against another version are stale.
+	version uint64
 }
 
 // groupKindName is the (group, kind) pair that a kid is a kind of.
@@ -342,20 +361,100 @@ func (d *kindDict) intern(k Kind) *kindInfo {
 	kk := kindKey{groupKindName: gk, Resource: k.Resource}
 	kid, ok := d.kids[kk]
 	if !ok {
+		kid = d.newKid(kk, gr)
+	}
+	d.namespaced[kid] = d.namespaced[kid] || k.Namespaced
+	d.infosOf[kid]++
+	seq, ok := d.seqs.pop()
+	if !ok {
+		seq = d.nextSeq
+		d.nextSeq++
+	}
+	ki := &kindInfo{Kind: k, kid: kid, gr: gr, seq: seq}
+	d.infos[k] = ki
+	d.last = ki
+	d.version++
+	return ki
+}
+
+// newKid gives kk a kid: a free one if there is one.
+func (d *kindDict) newKid(kk kindKey, gr GroupResource) uint32 {
+	gk := kk.groupKindName
+	kid, ok := d.kidRC.pop()
+	if ok {
+		d.byKid[kid], d.grOf[kid], d.namespaced[kid], d.infosOf[kid] = gk, gr, false, 0
+	} else {
 		kid = uint32(len(d.byKid))
-		d.kids[kk] = kid
 		d.byKid = append(d.byKid, gk)
 		d.grOf = append(d.grOf, gr)
 		d.namespaced = append(d.namespaced, false)
-		d.kidsOfGR[gr] = append(d.kidsOfGR[gr], kid)
-		d.kidsOfGK[gk] = append(d.kidsOfGK[gk], kid)
+		d.infosOf = append(d.infosOf, 0)
 	}
-	d.namespaced[kid] = d.namespaced[kid] || k.Namespaced
-	ki := &kindInfo{Kind: k, kid: kid, gr: gr, seq: uint32(len(d.infos))}
-	d.infos[k] = ki
-	d.last = ki
-	return ki
+	d.kids[kk] = kid
+	d.kidsOfGR[gr] = append(d.kidsOfGR[gr], kid)
+	d.kidsOfGK[gk] = append(d.kidsOfGK[gk], kid)
+	return kid
 }
+
+// ref and unref count the rows of ki.
+func (d *kindDict) ref(ki *kindInfo) { ki.rows++ }
+
+func (d *kindDict) unref(ki *kindInfo) {
+	if ki.rows--; ki.rows == 0 {
+		d.zero = append(d.zero, ki)
+	}
+}
+
+// recycle reclaims the seqs and kids nothing can hold any more (resetKid
+// clears what others keep by kid), then unmaps the kindInfos this write
+// left without rows and the kids left without kindInfos, stamped epoch.
+// It returns how many it retired.
+func (d *kindDict) recycle(epoch, oldestRead uint64, resetKid func(kid uint32)) int {
+	// No event refers to a seq or kid (rows point at the kindInfo), so
+	// the feed is no condition: seq 0 is always reclaimable by it.
+	const anyFeed = ^uint64(0)
+	if len(d.seqs.retired) > 0 {
+		d.seqs.reclaim(anyFeed, oldestRead, nil)
+	}
+	if len(d.kidRC.retired) > 0 {
+		d.kidRC.reclaim(anyFeed, oldestRead, resetKid)
+	}
+	n := 0
+	for _, ki := range d.zero {
+		if ki.rows != 0 || d.infos[ki.Kind] != ki {
+			continue
+		}
+		delete(d.infos, ki.Kind)
+		d.last = nil
+		d.version++
+		d.seqs.retired = append(d.seqs.retired, retiredID{id: ki.seq, epoch: epoch})
+		n++
+		if d.infosOf[ki.kid]--; d.infosOf[ki.kid] == 0 {
+			kk := kindKey{groupKindName: d.byKid[ki.kid], Resource: ki.gr.Resource}
+			delete(d.kids, kk)
+			d.kidsOfGR[ki.gr] = dropID(d.kidsOfGR[ki.gr], ki.kid)
+			if len(d.kidsOfGR[ki.gr]) == 0 {
+				delete(d.kidsOfGR, ki.gr)
+			}
+			gk := d.byKid[ki.kid]
+			d.kidsOfGK[gk] = dropID(d.kidsOfGK[gk], ki.kid)
+			if len(d.kidsOfGK[gk]) == 0 {
+				delete(d.kidsOfGK, gk)
+			}
+			d.kidRC.retired = append(d.kidRC.retired, retiredID{id: ki.kid, epoch: epoch})
+		}
+	}
+	d.zero = d.zero[:0]
+	return n
+}
+
+// dropID returns ids without id, in place.
+func dropID(ids []uint32, id uint32) []uint32 {
+	return slices.DeleteFunc(ids, func(x uint32) bool { return x == id })
+}
+
+// held returns how many kindInfos the dictionary maps, for metrics.
+func (d *kindDict) held() int { return len(d.infos) }
 
 // labelPair is one interned key=value: ids into the key and value
 // dictionaries, and the posting list of the rows that carry it. Keeping
@@ -523,11 +622,12 @@ func (d *msgDict) len() int { return len(d.m) }
 
 // DictionaryStats are the sizes of the index's string dictionaries, for
 // metrics: how many strings each holds for the rows (interned, or no
-// longer used and waiting to be reclaimed). Namespaces and labels
-// are reclaimed when no row uses them any more (see recycler), so under
+// longer used and waiting to be reclaimed; Kinds counts the (group,
+// version, kind, resource, scope) descriptions in use). Kinds, namespaces
+// and labels are reclaimed when no row uses them any more (see recycler), so under
 // churn these follow the live rows rather than everything ever indexed.
 type DictionaryStats struct {
-	Clusters, Namespaces, LabelKeys, LabelValues, LabelPairs int
+	Clusters, Kinds, Namespaces, LabelKeys, LabelValues, LabelPairs int
 }
 
 // DictionaryStats returns the dictionary sizes.
@@ -536,7 +636,7 @@ func (s *Store) DictionaryStats() DictionaryStats {
 	defer s.mu.RUnlock()
 	x := s.x
 	return DictionaryStats{
-		Clusters: x.clusters.held(), Namespaces: x.namespaces.held(),
+		Clusters: x.clusters.held(), Kinds: x.kinds.held(), Namespaces: x.namespaces.held(),
 		LabelKeys: x.labels.keys.held(), LabelValues: x.labels.values.held(), LabelPairs: x.labels.held(),
 	}
 }

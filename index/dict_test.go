@@ -172,3 +172,88 @@ func TestPausedReadKeepsItsIDs(t *testing.T) {
 		t.Errorf("no pair id was reclaimed after the read ended")
 	}
 }
+
+// TestKindsReclaimed churns kinds as an edge listing new kinds in every
+// full snapshot would: each round replaces a cluster's kinds with fresh
+// ones. The kind dictionary and its id spaces (kid, seq) stay bounded by
+// the live kinds, and a viewer who may list only one resource sees
+// exactly its rows, however its kind's seq and kid came to be reused, in
+// queries and facets alike.
+func TestKindsReclaimed(t *testing.T) {
+	const rounds, perRound = 200, 4
+	s, _ := newTestStore(t)
+	kept := Kind{Group: "example.com", Version: "v1", Kind: "Kept", Resource: "kepts", Namespaced: true}
+	keptGR := GroupResource{Group: kept.Group, Resource: kept.Resource}
+	row := func(k Kind, name string) Object {
+		return Object{Cluster: "c0", Namespace: "ns", Group: k.Group, Version: k.Version, Kind: k.Kind, Resource: k.Resource, Name: name, Status: StatusHealthy}
+	}
+	// Namespace grants are checked by kind seq (accessIDs).
+	viewer := &Access{Clusters: map[string]*ClusterAccess{"c0": {Namespaces: map[string]*Resources{"ns": NewResources(keptGR)}}}}
+	check := func(when string) {
+		t.Helper()
+		page, err := s.Query(ctxb, Query{Access: viewer, First: 10})
+		mustNoErr(t, err)
+		if page.TotalCount != 1 || page.Edges[0].Object.Kind != "Kept" {
+			t.Fatalf("%s: the viewer of kepts sees %d rows (%+v)", when, page.TotalCount, page.Edges)
+		}
+		f, err := s.Facets(ctxb, Filter{}, viewer)
+		mustNoErr(t, err)
+		if f.Total != 1 || len(f.Kinds) != 1 || f.Kinds[0].Value != "Kept.example.com" {
+			t.Fatalf("%s: the viewer's facets %+v", when, f)
+		}
+	}
+	var prev []Kind
+	for r := range rounds {
+		if r == rounds/2 {
+			mustNoErr(t, s.Replace(ctxb, "c0", kept, []Object{row(kept, "k")}))
+			check("after the kept kind came")
+		}
+		var cur []Kind
+		for i := range perRound {
+			k := Kind{Group: "example.com", Version: "v1", Kind: fmt.Sprintf("K%dx%d", r, i), Resource: fmt.Sprintf("k%dx%ds", r, i), Namespaced: true}
+			cur = append(cur, k)
+			mustNoErr(t, s.Replace(ctxb, "c0", k, []Object{row(k, "a"), row(k, "b")}))
+		}
+		for _, k := range prev {
+			mustNoErr(t, s.Replace(ctxb, "c0", k, nil))
+		}
+		prev = cur
+		if r > rounds/2 {
+			check(fmt.Sprintf("round %d", r))
+		}
+	}
+	x := s.x
+	// The live kinds, the last round's being replaced, and slack.
+	const bound = 3*perRound + 2
+	if n := x.kinds.held(); n > bound {
+		t.Errorf("%d kinds held after %d rounds of %d fresh kinds; want at most %d", n, rounds, perRound, bound)
+	}
+	if n, m := len(x.kinds.byKid), int(x.kinds.nextSeq); n > bound || m > bound {
+		t.Errorf("kid space %d, seq space %d; want at most %d", n, m, bound)
+	}
+	if st := s.DictionaryStats(); st.Kinds != x.kinds.held() {
+		t.Errorf("DictionaryStats %+v", st)
+	}
+	// The viewer's kind goes and its seq and kid are reused by new kinds:
+	// the access set she resolved before must not let her see them.
+	mustNoErr(t, s.Replace(ctxb, "c0", kept, nil))
+	for i := range perRound {
+		k := Kind{Group: "example.com", Version: "v1", Kind: fmt.Sprintf("Late%d", i), Resource: fmt.Sprintf("late%ds", i), Namespaced: true}
+		mustNoErr(t, s.Replace(ctxb, "c0", k, []Object{row(k, "a")}))
+	}
+	page, err := s.Query(ctxb, Query{Access: viewer, First: 10})
+	mustNoErr(t, err)
+	f, err := s.Facets(ctxb, Filter{}, viewer)
+	mustNoErr(t, err)
+	if page.TotalCount != 0 || f.Total != 0 {
+		t.Errorf("with no kepts left the viewer of kepts sees %d rows (%+v), facets %+v", page.TotalCount, page.Edges, f)
+	}
+	// The last round's kinds are listed, each with its rows.
+	for _, k := range prev {
+		page, err := s.Query(ctxb, Query{Filter: Filter{Kinds: []string{k.Kind}}, Access: &Access{All: true}, First: 10})
+		mustNoErr(t, err)
+		if page.TotalCount != 2 {
+			t.Errorf("kind %s has %d rows, want 2", k.Kind, page.TotalCount)
+		}
+	}
+}

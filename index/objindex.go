@@ -139,6 +139,7 @@ func (x *objIndex) insertRow(r *objRow) {
 	ca.rows.add(r.rid, x.maxRows())
 	x.byKindOf(ca, r.kind.kid).add(r.rid, x.maxRows())
 	x.namespaces.ref(r.nsid)
+	x.kinds.ref(r.kind)
 	na := ca.nss[r.nsid]
 	if na == nil {
 		na = &nsAgg{}
@@ -166,6 +167,7 @@ func (x *objIndex) remove(r *objRow) {
 		delete(ca.nss, r.nsid)
 	}
 	x.namespaces.unref(r.nsid)
+	x.kinds.unref(r.kind)
 	x.removeLabels(r)
 	x.byName.remove(r)
 	x.gens[r.rid]++
@@ -185,6 +187,10 @@ func (x *objIndex) updateRow(old, r *objRow) {
 	} else {
 		r.message = x.msgs.intern(r.message)
 		x.msgs.release(old.message)
+	}
+	if old.kind != r.kind {
+		x.kinds.ref(r.kind)
+		x.kinds.unref(old.kind)
 	}
 	ca := x.byCluster[r.cid]
 	if old.kind.kid != r.kind.kid {
@@ -341,6 +347,11 @@ func (x *objIndex) removeLabels(r *objRow) {
 func (x *objIndex) recycle(seq, epoch, feedFirst, oldestRead uint64) bool {
 	x.namespaces.reclaim(feedFirst, oldestRead)
 	n := x.labels.recycle(seq, epoch, feedFirst, oldestRead)
+	n += x.kinds.recycle(epoch, oldestRead, func(kid uint32) {
+		if int(kid) < len(x.kindNames) {
+			x.kindNames[kid] = pfxRange{}
+		}
+	})
 	return n+x.namespaces.unmapZero(seq, epoch) > 0
 }
 
