@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/internal/retry"
 )
 
 // delivery is one message read from the stream.
@@ -32,23 +33,25 @@ const followMaxBytes = 32 << 20
 // follow applies every cluster's log to the index until ctx ends. An
 // ordered consumer reads the stream from its start (snapshots and what
 // came after them: compaction purged the rest) and recreates itself after
-// a server failure where it stopped.
+// a server failure where it stopped. When reading fails all the same (the
+// NATS node holding the consumer died and recreating it failed), a new
+// consumer resumes after the last message applied: a replica never stops
+// following while it runs.
 func (n *Node) follow(ctx context.Context) error {
+	backoff := retry.New(retry.Stream, nil)
 	info, err := n.stream.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("replication: stream info: %w", err)
+	for err != nil { // a NATS node or the stream's leader is changing
+		n.log.Warn("reading the stream's state failed; retrying", "err", err)
+		if !backoff.Wait(ctx) {
+			return nil
+		}
+		info, err = n.stream.Info(ctx)
 	}
 	if info.State.Msgs == 0 {
 		n.caughtUp.Store(true)
 		n.metrics.caughtUp.Set(1)
 	}
-	cons, err := n.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{n.subj.all()}, DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		return fmt.Errorf("replication: consumer: %w", err)
-	}
-	return n.consume(ctx, cons, func(d *delivery) bool {
+	applied := func(d *delivery) bool {
 		n.followed.Store(d.seq)
 		n.metrics.pending.Set(float64(d.pending))
 		if d.pending == 0 && !n.caughtUp.Load() {
@@ -57,7 +60,24 @@ func (n *Node) follow(ctx context.Context) error {
 			n.log.Info("caught up with the stream", "seq", d.seq)
 		}
 		return true
-	})
+	}
+	for {
+		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{n.subj.all()}, DeliverPolicy: jetstream.DeliverAllPolicy}
+		if next := n.followed.Load() + 1; next > 1 {
+			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, next
+		}
+		cons, err := n.stream.OrderedConsumer(ctx, cfg)
+		if err == nil {
+			err = n.consume(ctx, cons, applied)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		n.log.Warn("following the stream stopped; resuming after the last message applied", "seq", n.followed.Load(), "err", err)
+		if !backoff.Wait(ctx) {
+			return nil
+		}
+	}
 }
 
 // consume reads messages of cons, decodes them on one goroutine and

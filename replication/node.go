@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/internal/retry"
 )
 
 // Defaults for Options.
@@ -93,7 +94,7 @@ type Node struct {
 	js      jetstream.JetStream
 	log     *slog.Logger
 	metrics *metrics
-	budget  int
+	budget  int // set before started is closed
 
 	started chan struct{} // closed once Run has the stream
 	stream  jetstream.Stream
@@ -161,17 +162,14 @@ func New(opts Options) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replication: %w", err)
 	}
-	budget := opts.MaxMessageBytes
-	if budget <= 0 {
-		budget = int(opts.Conn.MaxPayload())
-	}
-	budget -= payloadHeadroom
-	if budget < 16<<10 {
-		return nil, fmt.Errorf("replication: a maximum message size of %d bytes is too small (at least %d)", budget+payloadHeadroom, 16<<10+payloadHeadroom)
-	}
 	n := &Node{
 		opts: opts, subj: subjects{opts.Prefix}, js: js, log: opts.Logger.With("component", "replication"),
-		metrics: newMetrics(), budget: budget, started: make(chan struct{}), clusters: map[string]*clusterLog{},
+		metrics: newMetrics(), started: make(chan struct{}), clusters: map[string]*clusterLog{},
+	}
+	if opts.MaxMessageBytes > 0 {
+		if err := n.setBudget(opts.MaxMessageBytes); err != nil {
+			return nil, err
+		}
 	}
 	if opts.Registerer != nil {
 		if err := n.metrics.register(opts.Registerer); err != nil {
@@ -198,9 +196,16 @@ func (n *Node) cluster(name string) *clusterLog {
 // Owned clusters are then released: their queued writes are published
 // (for up to a few seconds) so that the next owner starts from them.
 func (n *Node) Run(ctx context.Context) error {
-	s, err := ensureStream(ctx, n.js, n.opts.Stream, n.subj, n.opts.Replicas)
+	s, err := n.openStream(ctx)
 	if err != nil {
-		return err
+		return nil // ctx ended
+	}
+	if n.budget == 0 {
+		// Known once connected: a connection made while NATS was still
+		// starting had no server to tell it until now.
+		if err := n.setBudget(int(n.opts.Conn.MaxPayload())); err != nil {
+			return err
+		}
 	}
 	n.stream, n.ctx = s, ctx
 	close(n.started)
@@ -209,10 +214,12 @@ func (n *Node) Run(ctx context.Context) error {
 		return fmt.Errorf("replication: subscribe %s: %w", n.subj.resyncAll(), err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	statsCtx, stopStats := context.WithCancel(ctx)
+	defer stopStats()
 	stats := make(chan struct{})
 	go func() {
 		defer close(stats)
-		n.watchStream(ctx)
+		n.watchStream(statsCtx)
 	}()
 	if n.opts.Follow {
 		err = n.follow(ctx)
@@ -220,12 +227,43 @@ func (n *Node) Run(ctx context.Context) error {
 		n.caughtUp.Store(true)
 		<-ctx.Done()
 	}
+	stopStats() // a failure of follow ends Run, not only ctx
 	<-stats
 	n.wg.Wait()
 	if ctx.Err() != nil {
 		return nil
 	}
 	return err
+}
+
+// setBudget sets the bound of a message's encoding from the largest
+// message NATS takes.
+func (n *Node) setBudget(maxBytes int) error {
+	if maxBytes-payloadHeadroom < 16<<10 {
+		return fmt.Errorf("replication: a maximum message size of %d bytes is too small (at least %d)", maxBytes, 16<<10+payloadHeadroom)
+	}
+	n.budget = maxBytes - payloadHeadroom
+	return nil
+}
+
+// openStream creates or updates the stream, retrying until it succeeds or
+// ctx ends: a process started along with its NATS cluster waits for the
+// cluster's leaders to be elected, and one whose NATS is down for its
+// return, not ready meanwhile.
+func (n *Node) openStream(ctx context.Context) (jetstream.Stream, error) {
+	backoff := retry.New(retry.Stream, nil)
+	for {
+		s, err := ensureStream(ctx, n.js, n.opts.Stream, n.subj, n.opts.Replicas)
+		if err == nil {
+			return s, nil
+		}
+		if ctx.Err() == nil {
+			n.log.Warn("the stream cannot be opened yet; retrying", "err", err)
+		}
+		if !backoff.Wait(ctx) {
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // Ready reports whether the node is caught up with the stream: it has

@@ -83,7 +83,11 @@ func (f *replicationFlags) setup(mgmt func() (*rest.Config, error)) (cfg *fleetg
 			srv.WaitForShutdown()
 		}
 	case f.natsURL != "":
+		// Every URL of the list is tried, on start and on every reconnect
+		// (a dead node is skipped); a NATS cluster not up yet is waited
+		// for (the stream is opened once it is), not a reason to exit.
 		conn, err = nats.Connect(f.natsURL, nats.Name("fleetgraph "+f.role), nats.MaxReconnects(-1), nats.ReconnectWait(500*time.Millisecond),
+			nats.RetryOnFailedConnect(true),
 			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { slog.Warn("NATS disconnected", "err", err) }),
 			nats.ReconnectHandler(func(c *nats.Conn) { slog.Info("NATS reconnected", "url", c.ConnectedUrlRedacted()) }))
 		if err != nil {

@@ -20,6 +20,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(natsNodeEnv); spec != "" {
+		os.Exit(runNATSNode(spec))
+	}
 	goleak.VerifyTestMain(m, testcluster.LeakOptions()...)
 }
 

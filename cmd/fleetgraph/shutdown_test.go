@@ -34,9 +34,18 @@ type process struct {
 // kills its group if it is still running.
 func startBinary(t *testing.T, args ...string) *process {
 	t.Helper()
-	bin := buildFleetgraph(t, t.TempDir())
+	return runBinary(t, buildFleetgraph(t, t.TempDir()), nil, args...)
+}
+
+// runBinary runs bin with args, and env added to the test's environment,
+// as startBinary does.
+func runBinary(t *testing.T, bin string, env []string, args ...string) *process {
+	t.Helper()
 	p := &process{out: &syncBuffer{}, exited: make(chan error, 1)}
 	p.cmd = exec.Command(bin, args...)
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
@@ -52,7 +61,7 @@ func startBinary(t *testing.T, args ...string) *process {
 			<-done
 		}
 		if t.Failed() {
-			t.Logf("fleetgraph output:\n%s", p.out.String())
+			t.Logf("%s %s output:\n%s", filepath.Base(bin), strings.Join(args, " "), p.out.String())
 		}
 	})
 	return p

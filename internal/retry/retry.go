@@ -53,6 +53,13 @@ const (
 	// once during an election, and a wait of 2 s spreads them while still
 	// catching the new leader within about the election's time.
 	PublishMax = 2 * time.Second
+	// StreamInitial and StreamMax pace a replication node's attempts to
+	// open its stream: a JetStream cluster that starts with fleetgraph
+	// elects its leaders within a few seconds, so the first retries come
+	// soon; later ones (NATS down, a stream replica count the cluster
+	// cannot place) are spaced so that each leaves a readable log line.
+	StreamInitial = 250 * time.Millisecond
+	StreamMax     = 5 * time.Second
 	// ReconnectJitter spreads reconnects by ±20%: enough to break up a
 	// crowd, little enough that a retry is not much later than planned.
 	ReconnectJitter = 0.2
@@ -71,6 +78,8 @@ var (
 	// Publish paces retries of a replication publish (package
 	// replication).
 	Publish = Policy{Initial: PublishInitial, Max: PublishMax, Jitter: ReconnectJitter}
+	// Stream paces a replication node's attempts to open its stream.
+	Stream = Policy{Initial: StreamInitial, Max: StreamMax, Jitter: ReconnectJitter}
 	// SourceResource paces a cluster source's look for its resource: a
 	// steady interval, since nothing is failing that backing off would
 	// spare.

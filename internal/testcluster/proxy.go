@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -30,6 +31,8 @@ type Proxy struct {
 	closed    bool
 	conns     map[net.Conn]struct{}
 
+	accepted atomic.Int64 // connections accepted, for Accepted
+
 	wg sync.WaitGroup
 }
 
@@ -52,6 +55,10 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // URL returns the proxy's https URL.
 func (p *Proxy) URL() string { return "https://" + p.Addr() }
+
+// Accepted returns how many connections the proxy has accepted: a client
+// that opened none sent the API server no request.
+func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
 
 // SetTarget points new connections at target (host:port). With "" the
 // proxy accepts and closes them, as a dead server would. Open connections
@@ -133,6 +140,7 @@ func (p *Proxy) acceptLoop() {
 			_ = c.Close()
 			return
 		}
+		p.accepted.Add(1)
 		p.wg.Add(1)
 		go p.serve(c)
 	}
