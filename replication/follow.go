@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fleetgraph/fleetgraph/index"
@@ -26,6 +27,13 @@ type delivery struct {
 // goroutine: decoding (decompression) of the next messages overlaps with
 // applying this one.
 const followBuffer = 32
+
+// followIdle is how long a reader waits for a message before it checks
+// that the stream has none for it (errStalled).
+const followIdle = 5 * time.Second
+
+// errStalled: the stream holds messages a consumer does not deliver.
+var errStalled = errors.New("replication: the stream's consumer stalled")
 
 // followMaxBytes bounds what the consumer has in flight from the server.
 const followMaxBytes = 32 << 20
@@ -68,7 +76,10 @@ func (n *Node) follow(ctx context.Context) error {
 		}
 		cons, err := n.stream.OrderedConsumer(ctx, cfg)
 		if err == nil {
-			err = n.consume(ctx, cons, applied)
+			err = n.consume(ctx, cons, applied, func(ctx context.Context, read uint64) bool {
+				info, err := n.stream.Info(ctx)
+				return err == nil && info.State.LastSeq > read
+			})
 		}
 		if ctx.Err() != nil {
 			return nil
@@ -83,7 +94,12 @@ func (n *Node) follow(ctx context.Context) error {
 // consume reads messages of cons, decodes them on one goroutine and
 // delivers them on another (this one), calling after for each; it stops
 // when after returns false or ctx ends.
-func (n *Node) consume(ctx context.Context, cons jetstream.Consumer, after func(*delivery) bool) error {
+// While nothing comes for followIdle, behind is asked whether the stream
+// holds messages after the last one read: then the consumer is stalled
+// (its NATS node died and the client missed the reconnect that would have
+// recreated it, which nats.go reports by no error at all) and consume
+// returns errStalled, for the caller to read again with a new one.
+func (n *Node) consume(ctx context.Context, cons jetstream.Consumer, after func(*delivery) bool, behind func(ctx context.Context, read uint64) bool) error {
 	it, err := cons.Messages(jetstream.PullMaxBytes(followMaxBytes))
 	if err != nil {
 		return fmt.Errorf("replication: read stream: %w", err)
@@ -96,7 +112,7 @@ func (n *Node) consume(ctx context.Context, cons jetstream.Consumer, after func(
 	readErr := make(chan error, 1)
 	go func() {
 		defer close(out)
-		readErr <- n.read(ctx, it, out)
+		readErr <- n.read(ctx, it, out, behind)
 	}()
 	defer func() {
 		it.Stop()
@@ -117,10 +133,17 @@ func (n *Node) consume(ctx context.Context, cons jetstream.Consumer, after func(
 }
 
 // read decodes messages until the iterator stops.
-func (n *Node) read(ctx context.Context, it jetstream.MessagesContext, out chan<- *delivery) error {
+func (n *Node) read(ctx context.Context, it jetstream.MessagesContext, out chan<- *delivery, behind func(context.Context, uint64) bool) error {
 	dec := newDecoder()
+	var last uint64
 	for {
-		m, err := it.Next()
+		m, err := it.Next(jetstream.NextMaxWait(followIdle))
+		if errors.Is(err, nats.ErrTimeout) {
+			if ctx.Err() == nil && behind(ctx, last) {
+				return fmt.Errorf("%w: nothing came for %s after message %d", errStalled, followIdle, last)
+			}
+			continue
+		}
 		if err != nil {
 			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
 				return nil
@@ -132,6 +155,7 @@ func (n *Node) read(ctx context.Context, it jetstream.MessagesContext, out chan<
 			return fmt.Errorf("replication: message metadata: %w", err)
 		}
 		d := &delivery{seq: meta.Sequence.Stream, stamp: meta.Timestamp, pending: meta.NumPending, subject: m.Subject()}
+		last = d.seq
 		d.env, d.err = dec.decode(m.Data())
 		select {
 		case out <- d:

@@ -193,7 +193,7 @@ func (n *Node) catchUp(ctx context.Context, cl *clusterLog, last uint64) error {
 	err = n.consume(ctx, cons, func(d *delivery) bool {
 		reached = d.seq >= last
 		return !reached
-	})
+	}, func(_ context.Context, read uint64) bool { return read < last })
 	if err == nil && !reached {
 		err = ctx.Err()
 		if err == nil {

@@ -812,13 +812,14 @@ func (s *connSub) stop() {
 	<-s.done
 }
 
-// states lists the states a cluster went through.
+// states lists the DISCONNECTED and CONNECTED events of a cluster (a
+// frozen API server may make it DEGRADED first, as some kinds fail).
 func (s *connSub) states(cluster string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []string
 	for _, e := range s.events {
-		if e.Cluster == cluster {
+		if e.Cluster == cluster && (e.State == "DISCONNECTED" || e.State == "CONNECTED") {
 			out = append(out, e.State)
 		}
 	}
