@@ -50,7 +50,7 @@ import (
 // event.
 type eventPath struct {
 	f      *fastPath
-	off    bool         // tests: serve events through gqlgen's generated code
+	off    atomic.Bool  // tests: serve events through gqlgen's generated code
 	served atomic.Int64 // subscriptions the fast path served
 
 	mu     sync.Mutex
@@ -93,7 +93,7 @@ type encodedEvent struct {
 // resolved in ctx, or false when the fast path cannot write it (a field
 // without a writer); release must be called when the subscription ends.
 func (e *eventPath) shape(ctx context.Context) (*eventShape, bool) {
-	if e == nil || e.off || !graphql.HasOperationContext(ctx) {
+	if e == nil || e.off.Load() || !graphql.HasOperationContext(ctx) {
 		return nil, false
 	}
 	fc := graphql.GetFieldContext(ctx)

@@ -37,7 +37,7 @@ func TestEventsFastPathMatchesGeneratedCode(t *testing.T) {
 	for _, d := range docs {
 		for _, user := range []string{"admin", "alice"} {
 			for _, fast := range []bool{false, true} {
-				f.h.svc.events.off = !fast
+				f.h.svc.events.off.Store(!fast)
 				served := f.h.svc.events.served.Load()
 				c := f.connect(user)
 				c.subscribe("1", d.query, d.vars)
@@ -49,7 +49,7 @@ func TestEventsFastPathMatchesGeneratedCode(t *testing.T) {
 			}
 		}
 	}
-	f.h.svc.events.off = false
+	f.h.svc.events.off.Store(false)
 
 	p := testObject(podKind, "east", "team-a", "pod-fast", index.StatusUnhealthy)
 	p.OwnerRefs = []index.OwnerRef{{Kind: "ReplicaSet", Name: "rs\"1"}}

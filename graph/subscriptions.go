@@ -126,6 +126,7 @@ func startEventPump(ctx context.Context, s *service, st *index.ObjectStream, sh 
 		st.Close()
 		return nil, errors.New("graph: a subscription without its operation state")
 	}
+	s.events.served.Add(1) // before the stream is seen open (tests wait for that)
 	if err := s.streams.add(st); err != nil {
 		s.events.release(sh)
 		st.Close()
@@ -136,7 +137,6 @@ func startEventPump(ctx context.Context, s *service, st *index.ObjectStream, sh 
 	op.mu.Lock()
 	op.events = events
 	op.mu.Unlock()
-	s.events.served.Add(1)
 	s.metrics.subscriptionStarted(subObjects)
 	go pump(ctx, s, subObjects, st, events, func(c index.ObjectChange) []byte { return sh.encode(s, c) }, func() {
 		close(out)
