@@ -204,6 +204,47 @@ func TestReplicaEqualsOwner(t *testing.T) {
 	}
 }
 
+// TestFlush: once Flush returns, everything the owner wrote is in the
+// stream: nothing more is published after it, and a replica started then
+// holds all of it as soon as it is ready. Two clusters, so that Flush
+// waits for each of them. (Checked to fail with a Flush that returns at
+// once: the stream grew by the writes still being published.)
+func TestFlush(t *testing.T) {
+	s := natsServer(t)
+	owner := startNode(t, s, "collector-a", false)
+	names := []string{"east", "west"}
+	for _, name := range names {
+		acquire(t, owner, name)
+	}
+	ctx := context.Background()
+	// Batches large enough that publishing runs well behind the writer
+	// when Flush is called.
+	for b := range 8 {
+		for _, name := range names {
+			var rows []index.Object
+			for i := range 300 {
+				rows = append(rows, testPod(name, fmt.Sprintf("ns-%d", b), fmt.Sprintf("web-%d", i), b*300+i))
+			}
+			must(t, owner.UpsertBatch(ctx, rows))
+		}
+	}
+	must(t, owner.Flush(ctx))
+	info, err := owner.stream.Info(ctx)
+	must(t, err)
+	late := startNode(t, s, "", true)
+	waitFor(t, "late replica ready", 10*time.Second, late.Ready)
+	for _, name := range names {
+		if err := sameCluster(owner.store, late.store, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after, err := owner.stream.Info(ctx)
+	must(t, err)
+	if after.State.LastSeq != info.State.LastSeq {
+		t.Fatalf("the stream's last message was %d when Flush returned and is %d now", info.State.LastSeq, after.State.LastSeq)
+	}
+}
+
 // TestOwnerOfSeveralClusters: one owner's logs are independent: messages
 // of different clusters are never taken for duplicates of one another (a
 // message id that did not name its cluster's log made every cluster but

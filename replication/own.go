@@ -47,6 +47,9 @@ type owned struct {
 	done    chan struct{} // closed when the publishing goroutine has ended
 	lost    error
 	snapDue bool // a snapshot was asked for
+	// flushes are Flush calls waiting for the outbox to be published;
+	// the publishing goroutine closes them once it finds nothing queued.
+	flushes []chan struct{}
 
 	// Used by the publishing goroutine only.
 	lastSeq   uint64 // stream sequence of this owner's last message in the log
@@ -332,6 +335,14 @@ func (n *Node) publishLoop(cl *clusterLog, own *owned) {
 				own.snapDue = false
 			}
 			lost := own.lost
+			if len(items) == 0 {
+				// Everything queued before these Flush calls is in the
+				// stream.
+				for _, f := range own.flushes {
+					close(f)
+				}
+				own.flushes = nil
+			}
 			cl.mu.Unlock()
 			if lost != nil || len(items) == 0 {
 				break
@@ -366,6 +377,50 @@ func (n *Node) publishLoop(cl *clusterLog, own *owned) {
 			return
 		}
 	}
+}
+
+// Flush waits until every write the node accepted for its clusters before
+// the call is in the stream, and with it any snapshot those writes made
+// due. A benchmark or a test uses it to know when what an owner wrote can
+// be read back from the stream; collectors never need it. It returns the
+// error of a cluster lost meanwhile (its writes will not be published), and
+// ctx's error when ctx ends first. A cluster released meanwhile had its
+// queue published by Release.
+func (n *Node) Flush(ctx context.Context) error {
+	n.mu.Lock()
+	cls := make([]*clusterLog, 0, len(n.clusters))
+	for _, cl := range n.clusters {
+		cls = append(cls, cl)
+	}
+	n.mu.Unlock()
+	for _, cl := range cls {
+		cl.mu.Lock()
+		own := cl.own
+		if own == nil || own.closing {
+			cl.mu.Unlock()
+			continue
+		}
+		flushed := make(chan struct{})
+		own.flushes = append(own.flushes, flushed)
+		select {
+		case own.wake <- struct{}{}:
+		default:
+		}
+		cl.mu.Unlock()
+		select {
+		case <-flushed:
+		case <-own.done:
+			cl.mu.Lock()
+			lost := own.lost
+			cl.mu.Unlock()
+			if lost != nil {
+				return lost
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // publishAll publishes messages in order. It returns the sequence number
