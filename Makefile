@@ -44,7 +44,7 @@ CHROMIUM := /usr/bin/chromium
 TESTENV_SRC := $(shell find testenv -name '*.go' -not -path '*/rbacdiff/*') testenv/go.mod testenv/go.sum Makefile
 
 .PHONY: all build test test-unit test-root test-testenv test-fleetbench test-chart chart-rbac helm image lint-dockerfile test-fuzz check-generated lint demo testenv crds \
-	bench-index bench-scale bench-authz bench-collector bench-fleet bench-edge bench-graph bench-isolation bench-ui bench-compare bench-servers test-rbac-full test-conformance clean
+	bench-index bench-scale bench-authz bench-collector bench-fleet bench-edge bench-replication bench-graph bench-isolation bench-ui bench-compare bench-servers test-rbac-full test-conformance clean
 
 all: build
 
@@ -246,6 +246,12 @@ bench-fleet:
 bench-edge: testenv
 	$(GO) build -o $(BIN)/fleetgraph ./cmd/fleetgraph
 	cd cmd/fleetbench && $(GO) run . edge -v -fleetgraph $(BIN)/fleetgraph
+
+## bench-replication: an owner and 2 query replicas (replication.Node, each with its own index and
+## NATS connection) over an embedded JetStream server at 1M objects: change lag at 1,000 changes/s,
+## a new replica's warm start from the stream, the cold start, stream bytes per object and per change
+bench-replication:
+	cd cmd/fleetbench && $(GO) run . replication
 
 ## bench-compare: fleetgraph beside PostgreSQL (typed columns and JSONB), SQLite and Redis
 ## at 100k and 1M objects; writes BENCHMARKS.md and docs/bench-compare.png. The servers are

@@ -337,23 +337,7 @@ func churnQ3(ctx context.Context, s *index.Store, fleet indextest.Fleet, q index
 	// The updates are generated before the clock starts: generating one
 	// costs several times more than applying it, and on two cores the
 	// generator would compete with the queries it is meant to disturb.
-	// Each update is a real change of the version before it (a new
-	// resource version alone would be skipped by the index as unchanged,
-	// and once made about a quarter of the updates). A writer applies the
-	// updates of its clusters in sequence order, so each one stays a
-	// change when applied.
-	rnd := rand.New(rand.NewPCG(3, 4))
-	var picked []int
-	all := fleet.Changes(int(float64(rate)*d.Seconds()*1.5)+1000, func() int {
-		i := rnd.IntN(fleet.Size())
-		picked = append(picked, i)
-		return i
-	})
-	perWriter := make([][]index.Object, writers)
-	for j, i := range picked {
-		g := fleet.ClusterOf(i) % writers
-		perWriter[g] = append(perWriter[g], all[j])
-	}
+	perWriter := churnByWriter(fleet, int(float64(rate)*d.Seconds()*1.5)+1000, writers)
 	// The same loop without churn first, for comparison: a window as long
 	// as the churn one holds as many garbage collections (the queries'
 	// own garbage triggers them), which the short idle Q3 window may miss.
@@ -362,45 +346,18 @@ func churnQ3(ctx context.Context, s *index.Store, fleet indextest.Fleet, q index
 	} else {
 		return 0, 0, err
 	}
-	// writers goroutines share the rate, each applying single-row Upserts
-	// on a 1 ms tick, as the collector's reflectors (one per cluster and
-	// kind) do with their watch events. Each Upsert returns once applied,
-	// so the writers bound the rate to writers per write latency.
 	// The baseline is read before the writers start: read after, it
 	// missed their first updates and the check below failed a correct run
 	// ("60035 updates applied but 60021 changes published").
 	published := s.FeedStats().Published
-	var wg sync.WaitGroup
 	var applied atomic.Int64
-	errs := make(chan error, writers)
-	for g := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			const tick = time.Millisecond
-			perTick := float64(rate) / float64(writers) / 1000
-			// Stagger the writers, as independent watch streams are:
-			// started in step, they all fired on the same tick.
-			credit, next := float64(g)/float64(writers), time.Now()
-			updates := perWriter[g]
-			for i := 0; ctx.Err() == nil && i < len(updates); {
-				for credit += perTick; credit >= 1 && i < len(updates); credit-- {
-					if err := s.Upsert(ctx, updates[i]); err != nil {
-						if ctx.Err() == nil {
-							errs <- err
-						}
-						return
-					}
-					applied.Add(1)
-					i++
-				}
-				next = next.Add(tick)
-				if w := time.Until(next); w > 0 {
-					time.Sleep(w)
-				}
-			}
-		}()
-	}
+	wait := pace(ctx, rate, perWriter, func(ctx context.Context, o index.Object) error {
+		err := s.Upsert(ctx, o)
+		if err == nil {
+			applied.Add(1)
+		}
+		return err
+	})
 	stopProfile, err := startCPUProfile(profile)
 	if err != nil {
 		return 0, 0, err
@@ -413,10 +370,9 @@ func churnQ3(ctx context.Context, s *index.Store, fleet indextest.Fleet, q index
 		return 0, 0, err
 	}
 	cancel()
-	wg.Wait()
+	err = wait()
 	took := time.Since(start)
-	close(errs)
-	if err := <-errs; err != nil {
+	if err != nil {
 		return 0, 0, err
 	}
 	// Only changes count: every applied update must have been published.
@@ -433,4 +389,71 @@ func churnQ3(ctx context.Context, s *index.Store, fleet indextest.Fleet, q index
 		fmt.Fprintf(os.Stderr, "fleetbench: churn reached only %.0f changes/s of %d\n", perSec, rate)
 	}
 	return ds[len(ds)*99/100], perSec, nil
+}
+
+// churnByWriter returns n updates of random objects of the fleet, split
+// among writers by cluster. Each update is a real change of the version
+// before it (a new resource version alone would be skipped by the index as
+// unchanged, and once made about a quarter of the updates). A writer
+// applies the updates of its clusters in sequence order, so each one stays
+// a change when applied.
+func churnByWriter(fleet indextest.Fleet, n, writers int) [][]index.Object {
+	rnd := rand.New(rand.NewPCG(3, 4))
+	var picked []int
+	all := fleet.Changes(n, func() int {
+		i := rnd.IntN(fleet.Size())
+		picked = append(picked, i)
+		return i
+	})
+	perWriter := make([][]index.Object, writers)
+	for j, i := range picked {
+		g := fleet.ClusterOf(i) % writers
+		perWriter[g] = append(perWriter[g], all[j])
+	}
+	return perWriter
+}
+
+// pace applies the updates of perWriter[g] in order from one goroutine per
+// g, rate updates per second across them, each goroutine on a 1 ms tick, as
+// the collector's reflectors (one per cluster and kind) deliver their watch
+// events. apply returns once the update is applied, so the writers bound
+// the rate to len(perWriter) per apply latency. The goroutines stop when
+// their updates are done or ctx ends; wait waits for them and returns the
+// first error of apply (none for a write that ctx cancelled).
+func pace(ctx context.Context, rate int, perWriter [][]index.Object, apply func(context.Context, index.Object) error) (wait func() error) {
+	writers := len(perWriter)
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for g := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			const tick = time.Millisecond
+			perTick := float64(rate) / float64(writers) / 1000
+			// Stagger the writers, as independent watch streams are:
+			// started in step, they all fired on the same tick.
+			credit, next := float64(g)/float64(writers), time.Now()
+			updates := perWriter[g]
+			for i := 0; ctx.Err() == nil && i < len(updates); {
+				for credit += perTick; credit >= 1 && i < len(updates); credit-- {
+					if err := apply(ctx, updates[i]); err != nil {
+						if ctx.Err() == nil {
+							errs <- err
+						}
+						return
+					}
+					i++
+				}
+				next = next.Add(tick)
+				if w := time.Until(next); w > 0 {
+					time.Sleep(w)
+				}
+			}
+		}()
+	}
+	return func() error {
+		wg.Wait()
+		close(errs)
+		return <-errs
+	}
 }

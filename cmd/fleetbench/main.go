@@ -8,6 +8,7 @@
 //	fleetbench compare [flags]     fleetgraph beside PostgreSQL, SQLite and Redis on the same fleet
 //	fleetbench fleet [flags]       the real collector against 10, 50 and 200 simulated leaf clusters
 //	fleetbench edge [flags]        a real edge pushing 50,000 objects to a real manager
+//	fleetbench replication [flags] an owner and query replicas of the 1M-object fleet over JetStream
 package main
 
 import (
@@ -31,17 +32,18 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	commands := map[string]func(context.Context, []string) error{
-		"index":     runIndex,
-		"collector": runCollector,
-		"compare":   runCompare,
-		"scale":     runScale,
-		"fleet":     runFleet,
-		"edge":      runEdge,
+		"index":       runIndex,
+		"collector":   runCollector,
+		"compare":     runCompare,
+		"scale":       runScale,
+		"fleet":       runFleet,
+		"edge":        runEdge,
+		"replication": runReplication,
 		// fleet-server is the load generator fleet starts; not for direct use.
 		"fleet-server": runFleetServer,
 	}
 	if len(args) == 0 || commands[args[0]] == nil {
-		return fmt.Errorf("usage: fleetbench index|scale|collector|compare|fleet|edge [flags]")
+		return fmt.Errorf("usage: fleetbench index|scale|collector|compare|fleet|edge|replication [flags]")
 	}
 	return commands[args[0]](ctx, args[1:])
 }
