@@ -261,14 +261,7 @@ func TestReleasedDuringShutdown(t *testing.T) {
 	}
 	tc := startCollector(t, natsServer(t), "a", c.Config, ns, nil)
 	col := tc.collector
-	waitFor(t, "the collector holds its own lease", 30*time.Second, func() error {
-		col.mu.Lock()
-		defer col.mu.Unlock()
-		if col.mine == nil {
-			return errors.New("not yet")
-		}
-		return nil
-	})
+	waitOwnLease(t, col)
 
 	lk := col.lock("edge-leaf")
 	go col.Released("edge-leaf", "vm-1") // its update waits for lk
@@ -363,14 +356,7 @@ func TestClaimWaitsForOwnLease(t *testing.T) {
 			}
 		}
 	})
-	waitFor(t, "the collector holds its own lease", 30*time.Second, func() error {
-		col.mu.Lock()
-		defer col.mu.Unlock()
-		if col.mine == nil {
-			return errors.New("not yet")
-		}
-		return nil
-	})
+	waitOwnLease(t, col)
 	if err := col.Claim(t.Context(), "edge-leaf", "vm-1"); err != nil {
 		t.Fatalf("a claim once the collector's lease is live: %v", err)
 	}
@@ -379,4 +365,17 @@ func TestClaimWaitsForOwnLease(t *testing.T) {
 	if got := ptr.Deref(l.Spec.HolderIdentity, ""); collectorOf(got) != "a" {
 		t.Fatalf("the cluster's lease is held by %q, want collector a", got)
 	}
+}
+
+// waitOwnLease waits until col has written its own lease.
+func waitOwnLease(t *testing.T, col *Collector) {
+	t.Helper()
+	waitFor(t, "the collector holds its own lease", 30*time.Second, func() error {
+		col.mu.Lock()
+		defer col.mu.Unlock()
+		if col.mine == nil {
+			return errors.New("not yet")
+		}
+		return nil
+	})
 }
