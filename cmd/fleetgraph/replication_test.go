@@ -28,6 +28,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
+	"github.com/fleetgraph/fleetgraph/internal/conntest"
 	"github.com/fleetgraph/fleetgraph/internal/testcluster"
 	"github.com/fleetgraph/fleetgraph/replication"
 )
@@ -865,19 +866,10 @@ func (s *connSub) waitStates(t *testing.T, from int, clusters []string, state, m
 	waitFor(t, fmt.Sprintf("%v %s on %s", clusters, state, s.q.name), d, func() error { return s.has(from, clusters, state, message) })
 }
 
+// waitFor is conntest.Eventually with this file's argument order.
 func waitFor(t *testing.T, what string, d time.Duration, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, d, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	conntest.Eventually(t, d, what, cond)
 }
 
 func must(t *testing.T, err error) {
