@@ -260,7 +260,11 @@ func (n *Node) snapshotPartLocked(cl *clusterLog, d *delivery) {
 				cl.asm.Cluster = o.cluster
 			}
 			cl.asm.Kinds = append(cl.asm.Kinds, o.kinds...)
-			cl.asm.Rows = append(cl.asm.Rows, o.rows...)
+			if cl.asm.Rows == nil {
+				cl.asm.Rows = o.rows // most snapshots are one part: no copy
+			} else {
+				cl.asm.Rows = append(cl.asm.Rows, o.rows...)
+			}
 		}
 	}
 	if env.flags&flagLast == 0 {
