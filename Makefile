@@ -124,13 +124,15 @@ $(HELM): tools/helm/go.mod tools/helm/go.sum
 chart-rbac:
 	$(GO) run ./cmd/fleetgraph rbac --helm-template > $(CHART)/templates/_rbac.tpl
 
-## test-chart: helm lint and helm template of charts/fleetgraph in each mode (the Go tests check what they render)
+## test-chart: helm lint and helm template of charts/fleetgraph in each mode and HA (the Go tests check what they render)
 test-chart: $(HELM)
 	$(HELM) lint --strict $(CHART)
 	$(HELM) lint --strict $(CHART) --set mode=leaf
 	$(HELM) lint --strict $(CHART) --set mode=edge --set edge.managerURL=https://fleetgraph.example.com/edge --set edge.cluster=leaf-1 --set edge.tokenSecret=edge-token
 	$(HELM) template fleetgraph $(CHART) --namespace fleetgraph > /dev/null
 	$(HELM) template fleetgraph $(CHART) --namespace fleetgraph --set mode=leaf > /dev/null
+	$(HELM) lint --strict $(CHART) --set ha.enabled=true --set ha.nats.url=nats://nats.nats:4222
+	$(HELM) template fleetgraph $(CHART) --namespace fleetgraph --set ha.enabled=true --set ha.nats.url=nats://nats.nats:4222 > /dev/null
 
 ## lint-dockerfile: dockerfile-utils (pinned in tools/dockerfile-lint) over the Dockerfile
 lint-dockerfile: $(DOCKERFILE_LINT)

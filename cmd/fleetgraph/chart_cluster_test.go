@@ -69,6 +69,11 @@ func TestChartManifestsAccepted(t *testing.T) {
 		{"manager with everything", richValues},
 		{"leaf", map[string]any{"mode": "leaf", "collect": map[string]any{"istioNamespace": "istio-system"}}},
 		{"edge", map[string]any{"mode": "edge", "edge": map[string]any{"managerURL": "https://m/edge", "cluster": "leaf-1", "tokenSecret": "t"}}},
+		{"manager HA", haValues("nats://nats:4222")},
+		{"manager HA, hard anti-affinity, own resources", map[string]any{"ha": map[string]any{
+			"enabled": true, "nats": map[string]any{"url": "nats://nats:4222"}, "antiAffinity": "hard",
+			"query": map[string]any{"replicas": 3, "resources": map[string]any{"requests": map[string]any{"memory": "4Gi"}}},
+		}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := mustRender(t, "fleetgraph", "fleetgraph", tc.values)

@@ -56,8 +56,8 @@ func helm(t *testing.T, args ...string) ([]byte, error) {
 	return out, nil
 }
 
-// render runs helm template with values and returns the objects.
-func render(t *testing.T, release, namespace string, values map[string]any) ([]*unstructured.Unstructured, error) {
+// renderRaw runs helm template with values and returns its output.
+func renderRaw(t *testing.T, release, namespace string, values map[string]any) ([]byte, error) {
 	t.Helper()
 	data, err := yaml.Marshal(values)
 	if err != nil {
@@ -76,7 +76,13 @@ func render(t *testing.T, release, namespace string, values map[string]any) ([]*
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	out, err := helm(t, "template", release, chartDir, "--namespace", namespace, "--kube-version", "1.35.4", "-f", file)
+	return helm(t, "template", release, chartDir, "--namespace", namespace, "--kube-version", "1.35.4", "-f", file)
+}
+
+// render runs helm template with values and returns the objects.
+func render(t *testing.T, release, namespace string, values map[string]any) ([]*unstructured.Unstructured, error) {
+	t.Helper()
+	out, err := renderRaw(t, release, namespace, values)
 	if err != nil {
 		return nil, err
 	}
@@ -273,6 +279,13 @@ func TestChartValuesSchema(t *testing.T) {
 		{"bad duration", map[string]any{"collect": map[string]any{"relist": "30 seconds"}}, "/collect/relist"},
 		{"edge without a manager", map[string]any{"mode": "edge"}, "edge.managerURL is required in mode edge"},
 		{"unknown kind", map[string]any{"mode": "leaf", "collect": map[string]any{"kinds": []string{"Deployment"}}}, `collect.kinds: unknown kind "deployment"`},
+		{"HA without NATS", map[string]any{"ha": map[string]any{"enabled": true}}, "ha.nats.url is required with ha.enabled"},
+		{"HA NATS not a URL", map[string]any{"ha": map[string]any{"enabled": true, "nats": map[string]any{"url": "nats:4222"}}}, "at '/ha/nats/url': 'nats:4222' does not match pattern"},
+		{"HA in a leaf", map[string]any{"mode": "leaf", "ha": map[string]any{"enabled": true, "nats": map[string]any{"url": "nats://n:4222"}}}, "ha.enabled is for mode manager, not leaf"},
+		{"HA with no collector", map[string]any{"ha": map[string]any{"enabled": true, "collector": map[string]any{"replicas": 0}}}, "at '/ha/collector/replicas': minimum: got 0, want 1"},
+		{"HA bad lease duration", map[string]any{"ha": map[string]any{"collector": map[string]any{"leaseDuration": "15"}}}, "/ha/collector/leaseDuration"},
+		{"HA unknown anti-affinity", map[string]any{"ha": map[string]any{"antiAffinity": "strict"}}, "at '/ha/antiAffinity': value must be one of 'soft', 'hard', 'none'"},
+		{"HA misspelt value", map[string]any{"ha": map[string]any{"replicas": 3}}, "additional properties 'replicas' not allowed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := render(t, "fleetgraph", "fleetgraph", tc.values)
@@ -338,17 +351,14 @@ func TestChartArgsAreFlags(t *testing.T) {
 		{"manager with everything", richValues},
 		{"manager without details", map[string]any{"collect": map[string]any{"objectDetails": false, "kinds": []string{"Pod"}, "extraKinds": []string{"apps/v1/Deployment"}, "namespaces": []string{"a"}, "excludeNamespaces": []string{"b"}}}},
 		{"edge", map[string]any{"mode": "edge", "edge": map[string]any{"managerURL": "https://m/edge", "cluster": "leaf-1", "tokenSecret": "t", "region": "eu", "environment": "prod"}}},
+		{"manager HA", haValues("nats://nats:4222")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, o := range mustRender(t, "fleetgraph", "fleetgraph", tc.values) {
-				if o.GetKind() != "Deployment" {
-					continue
-				}
-				containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
-				var args []string
-				for _, a := range containers[0].(map[string]any)["args"].([]any) {
-					args = append(args, a.(string))
-				}
+			w := workloads(t, mustRender(t, "fleetgraph", "fleetgraph", tc.values))
+			if len(w) == 0 {
+				t.Fatal("no Deployment or StatefulSet rendered")
+			}
+			for _, args := range w {
 				root := newRootCommand()
 				cmd, rest, err := root.Find(args)
 				if err != nil {
@@ -360,9 +370,7 @@ func TestChartArgsAreFlags(t *testing.T) {
 				if extra := cmd.Flags().Args(); len(extra) > 0 {
 					t.Errorf("%s: stray arguments %q", cmd.Name(), extra)
 				}
-				return
 			}
-			t.Fatal("no Deployment rendered")
 		})
 	}
 }

@@ -18,11 +18,19 @@
 {{- end }}
 
 {{- define "fleetgraph.labels" -}}
+{{ include "fleetgraph.componentLabels" (dict "ctx" . "component" .Values.mode) }}
+{{- end }}
+
+{{/* The labels of an object of one component, given (dict "ctx" $ "component" C). */}}
+{{- define "fleetgraph.componentLabels" -}}
+{{- $component := .component }}
+{{- with .ctx -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{ include "fleetgraph.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
-app.kubernetes.io/component: {{ .Values.mode }}
+app.kubernetes.io/component: {{ $component }}
+{{- end }}
 {{- end }}
 
 {{- define "fleetgraph.selectorLabels" -}}
@@ -65,15 +73,37 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
+{{/* Whether this release is the HA manager (ha.enabled in mode manager). */}}
+{{- define "fleetgraph.ha" -}}
+{{- if and .Values.ha.enabled (eq .Values.mode "manager") }}true{{ end }}
+{{- end }}
+
+{{/* The component whose pods serve the API: the manager, or the query
+replicas in HA. */}}
+{{- define "fleetgraph.apiComponent" -}}
+{{- if include "fleetgraph.ha" . }}query{{ else }}manager{{ end }}
+{{- end }}
+
+{{/*
+The arguments of fleetgraph serve, given (dict "ctx" $ "role" ROLE): ROLE
+is "" for the single process, "collector" or "query" in HA. A collector
+gets what collects (sources, edge tokens) and no authenticator; a query
+replica gets the authenticator and no sources.
+*/}}
 {{- define "fleetgraph.serveArgs" -}}
+{{- $role := .role }}
+{{- with .ctx -}}
 - serve
 - --listen=:8080
 - --metrics-listen=:{{ .Values.metrics.port }}
 {{ include "fleetgraph.collectArgs" . }}
+{{- if ne $role "query" }}
 - --relist={{ .Values.collect.relist }}
+{{- end }}
 {{- if not .Values.collect.objectDetails }}
 - --disable-object-details
 {{- end }}
+{{- if ne $role "query" }}
 - --source={{ join "," .Values.sources.names }}
 {{- with .Values.sources.namespace }}
 - --source-namespace={{ . }}
@@ -92,6 +122,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - --cluster-label={{ . }}
 {{- end }}
 {{- end }}
+{{- end }}
+{{- if ne $role "collector" }}
 {{- if .Values.auth.tokensSecret }}
 - --tokens-file=/etc/fleetgraph/auth/tokens.csv
 {{- end }}
@@ -117,11 +149,23 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if .Values.auth.allowAnonymous }}
 - --allow-anonymous
 {{- end }}
-{{- if .Values.edge.tokensSecret }}
+{{- end }}
+{{- if and .Values.edge.tokensSecret (ne $role "query") }}
 - --edge-tokens-file=/etc/fleetgraph/edge/edge-tokens.csv
+{{- end }}
+{{- with $role }}
+- --role={{ . }}
+- --nats-url={{ required "ha.nats.url is required with ha.enabled: the URL of a NATS JetStream cluster" $.ctx.Values.ha.nats.url }}
+- --nats-stream-replicas={{ $.ctx.Values.ha.nats.streamReplicas }}
+{{- if eq . "collector" }}
+- --collector-id=$(POD_NAME)
+- --lease-namespace={{ $.ctx.Release.Namespace }}
+- --lease-duration={{ $.ctx.Values.ha.collector.leaseDuration }}
+{{- end }}
 {{- end }}
 {{- range .Values.extraArgs }}
 - {{ . }}
+{{- end }}
 {{- end }}
 {{- end }}
 
