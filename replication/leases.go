@@ -10,11 +10,24 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 )
+
+// LeaseRules are what a collector does with the Leases of its lease
+// namespace: its informer lists and watches them, it creates and renews
+// (updates) its own and its clusters', reads one before taking it over, and
+// deletes a cluster's on release. `fleetgraph rbac --lease-namespace` and
+// the Helm chart's HA mode grant exactly these there.
+func LeaseRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{{
+		APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"},
+		Verbs: []string{"get", "list", "watch", "create", "update", "delete"},
+	}}
+}
 
 // Defaults for LeaseOptions.
 const (

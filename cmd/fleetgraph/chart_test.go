@@ -184,6 +184,11 @@ func TestChartRBACIsFleetgraphRBAC(t *testing.T) {
 			targets:    []string{rbacgen.TargetManager},
 			scopeFlags: scopeFlags{sourceNames: []string{"gitopscluster", "capi", "clusterprofile"}, argoNamespace: "argocd"},
 		}},
+		{"manager HA", map[string]any{"ha": map[string]any{"enabled": true, "nats": map[string]any{"url": "nats://nats:4222"}}}, rbacFlags{
+			targets:        []string{rbacgen.TargetManager},
+			scopeFlags:     scopeFlags{sourceNames: []string{"secrets"}, secretNamespace: ns, argoNamespace: "argocd"},
+			leaseNamespace: ns,
+		}},
 		{"leaf defaults", map[string]any{"mode": "leaf"}, rbacFlags{
 			targets: []string{rbacgen.TargetLeaf},
 		}},

@@ -21,6 +21,7 @@ type rbacFlags struct {
 	serviceAccount string
 	namespace      string
 	istioNamespace string
+	leaseNamespace string
 	helmTemplate   bool
 }
 
@@ -41,7 +42,8 @@ from its kind registry and from the same flags serve takes (--kinds,
                     Deployments and mesh ConfigMaps in --istio-namespace;
   --target manager  for the management cluster the sources read: their
                     objects and the Secrets they name, in one namespace when
-                    the source is limited to one.
+                    the source is limited to one; with --lease-namespace,
+                    the Leases HA collectors keep there.
 
 Nothing grants access to a leaf's Secrets. The Helm chart in charts/fleetgraph
 is built from the same rules.`,
@@ -68,6 +70,7 @@ is built from the same rules.`,
 	fl.StringVar(&f.serviceAccount, "service-account", "fleetgraph", "the ServiceAccount fleetgraph runs as")
 	fl.StringVar(&f.namespace, "namespace", "fleetgraph", "the ServiceAccount's namespace")
 	fl.StringVar(&f.istioNamespace, "istio-namespace", "", "where istiod runs, in leaves that run Istio (e.g. "+rbacgen.IstioSystem+"; it must exist): read its Deployments and mesh ConfigMaps for the Istio version")
+	fl.StringVar(&f.leaseNamespace, "lease-namespace", "", "where collectors keep their Leases (serve --lease-namespace, target manager): read, create, renew and delete them there")
 	fl.BoolVar(&f.helmTemplate, "helm-template", false, "print the chart's templates/_rbac.tpl instead (the rules of every kind and source, for the chart to assemble)")
 	return cmd
 }
@@ -91,7 +94,7 @@ func (f *rbacFlags) render() ([]byte, error) {
 	objs, err := rbacgen.Objects(rbacgen.Options{
 		Targets: f.targets, Name: f.name, ServiceAccount: f.serviceAccount, Namespace: f.namespace,
 		Registry: reg, Details: !f.noDetails, IstioNamespace: f.istioNamespace,
-		Sources: names, SourceOptions: f.sourceOptions(),
+		Sources: names, SourceOptions: f.sourceOptions(), LeaseNamespace: f.leaseNamespace,
 	})
 	if err != nil {
 		return nil, err

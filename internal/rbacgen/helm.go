@@ -11,6 +11,7 @@ import (
 	"github.com/fleetgraph/fleetgraph/collector"
 	"github.com/fleetgraph/fleetgraph/connection/sources"
 	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/replication"
 )
 
 // HelmTemplatePath is where the chart keeps the output of HelmTemplate,
@@ -29,6 +30,8 @@ type helmData struct {
 	Istio []rbacv1.PolicyRule `json:"istio"`
 	// Sources are by source name.
 	Sources map[string]helmSource `json:"sources"`
+	// Leases is the Role in the collectors' lease namespace (HA).
+	Leases []rbacv1.PolicyRule `json:"leases"`
 }
 
 type helmKind struct {
@@ -62,7 +65,7 @@ var namespaceValues = map[string]func(*sources.Options, string){
 // `fleetgraph rbac` prints for the same settings.
 func HelmTemplate() ([]byte, error) {
 	reg := collector.NewRegistry()
-	d := helmData{Impersonate: ImpersonateRule(), Istio: IstioRules(), Sources: map[string]helmSource{}}
+	d := helmData{Impersonate: ImpersonateRule(), Istio: IstioRules(), Sources: map[string]helmSource{}, Leases: replication.LeaseRules()}
 	for i, rule := range KindRules(reg) {
 		a := reg.Adapters()[i]
 		d.Kinds = append(d.Kinds, helmKind{Kind: a.Kind, GroupKind: a.GroupKind(), Always: a.Group == index.RBACGroup, Rule: rule})

@@ -33,6 +33,7 @@ import (
 
 	"github.com/fleetgraph/fleetgraph/collector"
 	"github.com/fleetgraph/fleetgraph/connection/sources"
+	"github.com/fleetgraph/fleetgraph/replication"
 )
 
 // Targets: which cluster the RBAC is for.
@@ -68,6 +69,9 @@ type Options struct {
 	// (manager).
 	Sources       []string
 	SourceOptions sources.Options
+	// LeaseNamespace is where collectors keep their Leases (manager,
+	// serve --lease-namespace); empty grants nothing there.
+	LeaseNamespace string
 }
 
 // Verbs of the rules.
@@ -172,6 +176,9 @@ func Objects(o Options) ([]any, error) {
 			}
 			for _, ns := range slices.Sorted(maps.Keys(namespaced)) {
 				out = append(out, role(o.Name+"-sources", ns, dedupe(namespaced[ns])), roleBinding(o.Name+"-sources", ns, subject))
+			}
+			if o.LeaseNamespace != "" {
+				out = append(out, role(o.Name+"-leases", o.LeaseNamespace, replication.LeaseRules()), roleBinding(o.Name+"-leases", o.LeaseNamespace, subject))
 			}
 		default:
 			return nil, fmt.Errorf("rbac: unknown target %q (want %s or %s)", t, TargetLeaf, TargetManager)

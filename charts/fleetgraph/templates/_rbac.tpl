@@ -317,6 +317,18 @@ kinds:
     - get
     - list
     - watch
+leases:
+- apiGroups:
+  - coordination.k8s.io
+  resources:
+  - leases
+  verbs:
+  - get
+  - list
+  - watch
+  - create
+  - update
+  - delete
 sources:
   argocd:
     namespaceValue: argocdNamespace
