@@ -40,7 +40,7 @@ func TestDictionariesReclaimChurnedStrings(t *testing.T) {
 		{"namespaces", x.namespaces.held(), x.namespaces.len(), 1},
 		{"label keys", x.labels.keys.held(), x.labels.keys.len(), 1},
 		{"label values", x.labels.values.held(), x.labels.values.len(), 1},
-		{"label pairs", x.labels.held(), len(x.labels.pairs), 2},
+		{"label pairs", x.labels.held(), x.labels.pairs.len(), 2},
 	} {
 		if d.held > bound(d.perRow) || d.ids > bound(d.perRow) {
 			t.Errorf("%s: %d held, id space %d, after %d rows churned with %d live; want at most %d",
@@ -254,6 +254,32 @@ func TestKindsReclaimed(t *testing.T) {
 		mustNoErr(t, err)
 		if page.TotalCount != 2 {
 			t.Errorf("kind %s has %d rows, want 2", k.Kind, page.TotalCount)
+		}
+	}
+}
+
+// TestLabelPairsAcrossPages writes rows with more distinct label pairs than
+// a page of the pair table holds, and reads every row's labels back: a
+// pair id must name its own pair on every page.
+func TestLabelPairsAcrossPages(t *testing.T) {
+	s, _ := newTestStore(t)
+	const rows = 1<<pairPageBits + 500 // two labels of their own each: over 2 pages of pairs
+	want := make([]Object, rows)
+	for i := range want {
+		want[i] = pod("c0", "ns", fmt.Sprintf("p-%d", i), StatusHealthy,
+			map[string]string{"app": fmt.Sprintf("a-%d", i), fmt.Sprintf("k-%d", i): fmt.Sprintf("v-%d", i), "tier": "web"})
+	}
+	mustNoErr(t, s.UpsertBatch(ctxb, want))
+	if n := s.x.labels.pairs.len(); n < 2*rows {
+		t.Fatalf("%d pairs, want at least %d", n, 2*rows)
+	}
+	for _, w := range want {
+		got, ok := s.Get(w.Key())
+		if !ok {
+			t.Fatalf("%s: not found", w.Key())
+		}
+		if fmt.Sprint(got.Labels) != fmt.Sprint(w.Labels) {
+			t.Fatalf("%s: labels %v, want %v", w.Key(), got.Labels, w.Labels)
 		}
 	}
 }

@@ -258,7 +258,7 @@ func (p *plan) matchLabel(lr *labelReq, r *objRow) bool {
 	if lr.known {
 		for i := range r.numLabels() {
 			id := r.label(i)
-			if p.x.labels.pairs[id].kid == lr.key {
+			if p.x.labels.pairs.at(id).kid == lr.key {
 				pid, has = id, true
 				break
 			}

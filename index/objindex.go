@@ -316,7 +316,7 @@ func (x *objIndex) addLabels(r *objRow) {
 	rid, n := r.rid, x.maxRows()
 	for i := range r.numLabels() {
 		pid := r.label(i)
-		lp := &x.labels.pairs[pid]
+		lp := x.labels.pairs.at(pid)
 		lp.rows.add(rid, n)
 		kid := lp.kid
 		if int(kid) >= len(x.keyPost) {
@@ -330,7 +330,7 @@ func (x *objIndex) removeLabels(r *objRow) {
 	rid := r.rid
 	for i := range r.numLabels() {
 		pid := r.label(i)
-		lp := &x.labels.pairs[pid]
+		lp := x.labels.pairs.at(pid)
 		lp.rows.remove(rid)
 		if lp.rows.len() == 0 {
 			x.labels.unused(pid)
