@@ -263,7 +263,9 @@ func TestReplicatedProcesses(t *testing.T) {
 		})
 	}
 	shared("the collectors share the leaves")
-	want := make([]map[string][]string, len(subs)) // the events each subscription must see, by cluster
+	// The events each subscription must see, by cluster: the two replicas'
+	// and that of query 2 once restarted (phase 5).
+	want := make([]map[string][]string, len(subs)+1)
 	for i := range want {
 		want[i] = map[string][]string{}
 	}
@@ -289,7 +291,13 @@ func TestReplicatedProcesses(t *testing.T) {
 		for i, s := range subs {
 			s.waitStates(t, from[i], held, "DISCONNECTED", reason, 30*time.Second)
 		}
-		t.Logf("b took %v over %v after a was paused (lease %v)", held, time.Since(paused).Round(time.Millisecond), replLease)
+		tookOver := time.Since(paused)
+		t.Logf("b took %v over %v after a was paused (lease %v)", held, tookOver.Round(time.Millisecond), replLease)
+		if tookOver > 3*replLease {
+			// Seen once (13.7 s, against 2.3-4 s); the cause is not known
+			// yet, so the phase asserts no bound: keep what b did.
+			t.Logf("a slow takeover; collector b's output:\n%s", b.out.String())
+		}
 		waitFor(t, "b owns every leaf", 30*time.Second, func() error {
 			if got := owned(b); len(got) != len(leafNames) {
 				return fmt.Errorf("b owns %v", got)
@@ -374,24 +382,7 @@ func TestReplicatedProcesses(t *testing.T) {
 		shared("the collectors share the leaves once b is back")
 	})
 
-	// 4. A real outage of a leaf: one DISCONNECTED and one CONNECTED on
-	// every replica's subscription.
-	t.Run("leaf outage", func(t *testing.T) {
-		leaf := f.leaves[1]
-		from := marks(subs)
-		must(t, leaf.Freeze())
-		defer func() { _ = leaf.Thaw() }()
-		for i, s := range subs {
-			s.waitStates(t, from[i], []string{leaf.Name}, "DISCONNECTED", "", 60*time.Second)
-		}
-		must(t, leaf.Thaw())
-		for i, s := range subs {
-			s.waitStates(t, from[i], []string{leaf.Name}, "CONNECTED", "", 60*time.Second)
-		}
-		expect([]string{leaf.Name}, 0, 1)
-	})
-
-	// 5. kill -9 of the stream's leader node: collection and queries go
+	// 4. kill -9 of the stream's leader node: collection and queries go
 	// on.
 	t.Run("killed NATS node", func(t *testing.T) {
 		leader := f.streamLeader(t)
@@ -403,7 +394,7 @@ func TestReplicatedProcesses(t *testing.T) {
 		f.waitTruth(t, queries, 60*time.Second)
 	})
 
-	// 6. A restarted replica is ready from the stream, and asks no leaf.
+	// 5. A restarted replica is ready from the stream, and asks no leaf.
 	t.Run("restarted replica", func(t *testing.T) {
 		accepted := func() (n int64) {
 			for _, c := range f.leaves {
@@ -412,6 +403,8 @@ func TestReplicatedProcesses(t *testing.T) {
 			return n
 		}
 		q := queries[1]
+		oldCursor := changesCursor(t, q)
+		subs[1].stop() // it keeps the events it saw, checked at the end
 		must(t, q.cmd.Process.Kill())
 		<-q.exited
 		before := accepted()
@@ -421,6 +414,28 @@ func TestReplicatedProcesses(t *testing.T) {
 		if n := accepted() - before; n != 0 {
 			t.Errorf("the leaves' API servers took %d connections while a replica restarted", n)
 		}
+		f.checkObjectChanges(t, queries[1], oldCursor, leafNames[0])
+	})
+	// The restarted replica's subscriptions see what follows as the
+	// other replica's do.
+	subs = append(subs, subscribeConnections(t, queries[1]))
+	live := []int{0, 2}
+
+	// 6. A real outage of a leaf: one DISCONNECTED and one CONNECTED on
+	// every replica's subscription, the restarted one's included.
+	t.Run("leaf outage", func(t *testing.T) {
+		leaf := f.leaves[1]
+		from := marks(subs)
+		must(t, leaf.Freeze())
+		defer func() { _ = leaf.Thaw() }()
+		for _, i := range live {
+			subs[i].waitStates(t, from[i], []string{leaf.Name}, "DISCONNECTED", "", 60*time.Second)
+		}
+		must(t, leaf.Thaw())
+		for _, i := range live {
+			subs[i].waitStates(t, from[i], []string{leaf.Name}, "CONNECTED", "", 60*time.Second)
+		}
+		expect([]string{leaf.Name}, live...)
 	})
 
 	// 7. An edge claims its cluster at a; another instance's edge is
@@ -518,6 +533,57 @@ func (f *replFleet) checkBurst(t *testing.T, queries []*fgProc) {
 	// any one burst past it, so the bound must hold for one of three.
 	if slices.Min(took) > time.Second {
 		t.Errorf("the replicas equalled the leaves %v after the bursts, want one within 1s", took)
+	}
+}
+
+// changesCursor returns the objectChanges cursor of q's current state.
+func changesCursor(t *testing.T, q *fgProc) string {
+	t.Helper()
+	var r struct{ Objects struct{ ChangesCursor string } }
+	must(t, gql(q.url, "admin-token", `{ objects(first: 1) { changesCursor } }`, &r))
+	return r.Objects.ChangesCursor
+}
+
+// checkObjectChanges checks objectChanges on a restarted replica q: a
+// cursor of its previous run is refused with RESYNC_REQUIRED (never
+// resumed at an unrelated position), and a cursor of the new run delivers
+// a pod created on cluster after it.
+func (f *replFleet) checkObjectChanges(t *testing.T, q *fgProc, oldCursor, cluster string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	ws, err := subscribe(ctx, q, fmt.Sprintf(`subscription { objectChanges(after: %q) { type } }`, oldCursor))
+	must(t, err)
+	typ, payload, err := nextMessage(ctx, ws)
+	_ = ws.CloseNow()
+	must(t, err)
+	var errs []struct{ Extensions struct{ Code string } }
+	if typ != "error" || json.Unmarshal(payload, &errs) != nil || len(errs) != 1 || errs[0].Extensions.Code != "RESYNC_REQUIRED" {
+		t.Errorf("objectChanges after a cursor of %s's previous run: %s %s, want one RESYNC_REQUIRED error", q.name, typ, payload)
+	}
+
+	ws, err = subscribe(ctx, q, fmt.Sprintf(`subscription { objectChanges(filter: {kinds: ["Pod"]}, after: %q) { type object { cluster namespace name } } }`, changesCursor(t, q)))
+	must(t, err)
+	defer func() { _ = ws.CloseNow() }()
+	const name = "after-replica-restart"
+	f.createPod(t, cluster, "ns-0", name)
+	for {
+		typ, payload, err := nextMessage(ctx, ws)
+		if err != nil || typ != "next" {
+			t.Fatalf("objectChanges on %s, waiting for pod %s: %s %s %v", q.name, name, typ, payload, err)
+		}
+		var m struct {
+			Data struct {
+				ObjectChanges struct {
+					Type   string
+					Object struct{ Cluster, Namespace, Name string }
+				}
+			}
+		}
+		must(t, json.Unmarshal(payload, &m))
+		if c := m.Data.ObjectChanges; c.Type == "ADDED" && c.Object.Cluster == cluster && c.Object.Name == name {
+			return
+		}
 	}
 }
 
@@ -754,22 +820,23 @@ func subscribeConnections(t *testing.T, q *fgProc) *connSub {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &connSub{q: q, cancel: cancel, done: make(chan struct{})}
-	ws, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(q.url, "http")+"/graphql", &websocket.DialOptions{Subprotocols: []string{"graphql-transport-ws"}})
+	active := func() float64 {
+		return metric(q, "fleetgraph_graphql_subscriptions_active", "subscription", "clusterConnection")
+	}
+	before := active()
+	ws, err := subscribe(ctx, q, "subscription { clusterConnection { cluster state message } }")
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
-	if resp.Body != nil {
-		_ = resp.Body.Close()
-	}
-	must(t, wsjson.Write(ctx, ws, map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer admin-token"}}))
-	var ack struct{ Type string }
-	if err := wsjson.Read(ctx, ws, &ack); err != nil || ack.Type != "connection_ack" {
-		t.Fatalf("connection_init: %+v %v", ack, err)
-	}
-	must(t, wsjson.Write(ctx, ws, map[string]any{"id": "1", "type": "subscribe", "payload": map[string]any{
-		"query": "subscription { clusterConnection { cluster state message } }",
-	}}))
+	// The subscription sends nothing until a transition: the replica's
+	// gauge shows when it is open.
+	waitFor(t, "the subscription is open on "+q.name, 30*time.Second, func() error {
+		if n := active(); n <= before {
+			return fmt.Errorf("%v clusterConnection subscriptions open", n)
+		}
+		return nil
+	})
 	go func() {
 		defer close(s.done)
 		defer func() { _ = ws.CloseNow() }()
@@ -805,6 +872,52 @@ func subscribeConnections(t *testing.T, q *fgProc) *connSub {
 	}()
 	t.Cleanup(s.stop)
 	return s
+}
+
+// subscribe opens a websocket to q as the admin and sends the
+// subscription query as operation "1".
+func subscribe(ctx context.Context, q *fgProc, query string) (*websocket.Conn, error) {
+	ws, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(q.url, "http")+"/graphql", &websocket.DialOptions{Subprotocols: []string{"graphql-transport-ws"}})
+	if err != nil {
+		return nil, err
+	}
+	if resp.Body != nil {
+		_ = resp.Body.Close()
+	}
+	if err := wsjson.Write(ctx, ws, map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer admin-token"}}); err != nil {
+		_ = ws.CloseNow()
+		return nil, err
+	}
+	var ack struct{ Type string }
+	if err := wsjson.Read(ctx, ws, &ack); err != nil || ack.Type != "connection_ack" {
+		_ = ws.CloseNow()
+		return nil, fmt.Errorf("connection_init: %+v %w", ack, err)
+	}
+	if err := wsjson.Write(ctx, ws, map[string]any{"id": "1", "type": "subscribe", "payload": map[string]any{"query": query}}); err != nil {
+		_ = ws.CloseNow()
+		return nil, err
+	}
+	return ws, nil
+}
+
+// nextMessage reads the next message of a subscription other than a
+// ping (which it answers).
+func nextMessage(ctx context.Context, ws *websocket.Conn) (typ string, payload json.RawMessage, err error) {
+	for {
+		var m struct {
+			Type    string
+			Payload json.RawMessage
+		}
+		if err := wsjson.Read(ctx, ws, &m); err != nil {
+			return "", nil, err
+		}
+		if m.Type != "ping" {
+			return m.Type, m.Payload, nil
+		}
+		if err := wsjson.Write(ctx, ws, map[string]any{"type": "pong"}); err != nil {
+			return "", nil, err
+		}
+	}
 }
 
 // stop ends the subscription.
