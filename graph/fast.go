@@ -91,7 +91,8 @@ func (f *fastPath) middleware() graphql.RootFieldMiddleware {
 		if !ok {
 			return next(ctx)
 		}
-		page, err := f.svc.queryObjects(ctx, args.Filter, args.OrderBy, args.First, args.After)
+		total := selectsTotal(opCtx, rfc.Field.Selections)
+		page, err := f.svc.queryObjects(ctx, args.Filter, args.OrderBy, args.First, args.After, total)
 		if err != nil {
 			return next(ctx)
 		}

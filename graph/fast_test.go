@@ -11,6 +11,7 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/parser"
 
 	"github.com/fleetgraph/fleetgraph/graph/generated"
 	"github.com/fleetgraph/fleetgraph/graph/model"
@@ -212,5 +213,36 @@ func TestObjectsFastPathStepsAsideForFieldMiddleware(t *testing.T) {
 	// Two queries ran through the traced handler.
 	if counter.seen["Object.name"] != 2*n || counter.seen["Label.key"] != 2*labels || n == 0 || labels == 0 {
 		t.Errorf("field middleware saw %v; want Object.name %d times and Label.key %d times", counter.seen, 2*n, 2*labels)
+	}
+}
+
+// TestSelectsTotal checks which Query.objects selections make the index
+// count the matches (index.Query.NoTotal unset): those that select
+// totalCount or staleClusters, however they are spelled.
+func TestSelectsTotal(t *testing.T) {
+	for _, tc := range []struct {
+		query string
+		vars  map[string]any
+		want  bool
+	}{
+		{`{ objects { edges { cursor node { name labels { key value } } } pageInfo { hasNextPage endCursor } } }`, nil, false},
+		{`{ objects { changesCursor __typename } }`, nil, false},
+		{`{ objects { totalCount } }`, nil, true},
+		{`{ objects { n: totalCount edges { cursor } } }`, nil, true},
+		{`{ objects { staleClusters } }`, nil, true},
+		{`{ objects { ...C } } fragment C on ObjectConnection { edges { cursor } totalCount }`, nil, true},
+		{`{ objects { ... on ObjectConnection { staleClusters } } }`, nil, true},
+		{`query($s: Boolean!) { objects { totalCount @skip(if: $s) edges { cursor } } }`, map[string]any{"s": true}, false},
+		{`query($s: Boolean!) { objects { totalCount @skip(if: $s) edges { cursor } } }`, map[string]any{"s": false}, true},
+	} {
+		doc, err := parser.ParseQuery(&ast.Source{Input: tc.query})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.query, err)
+		}
+		op := &graphql.OperationContext{Doc: doc, Variables: tc.vars}
+		field := doc.Operations[0].SelectionSet[0].(*ast.Field)
+		if got := selectsTotal(op, field.SelectionSet); got != tc.want {
+			t.Errorf("%s %v: selectsTotal = %v, want %v", tc.query, tc.vars, got, tc.want)
+		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/ast"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/fleetgraph/fleetgraph/authz"
@@ -83,8 +85,11 @@ func (p *objectsPage) hasNextPage() bool {
 }
 
 // queryObjects runs Query.objects: one page of visible objects, filtered
-// through the viewer's access before pagination and counting.
-func (s *service) queryObjects(ctx context.Context, filter *model.ObjectFilter, orderBy *model.ObjectOrder, first *int, after *string) (*objectsPage, error) {
+// through the viewer's access before pagination and counting. The index
+// counts the matches and lists the stale clusters only when total is set
+// (see selectsTotal): otherwise totalCount and staleClusters are not in
+// the answer, and counting can cost more than the page.
+func (s *service) queryObjects(ctx context.Context, filter *model.ObjectFilter, orderBy *model.ObjectOrder, first *int, after *string, total bool) (*objectsPage, error) {
 	v, err := viewerFrom(ctx)
 	if err != nil {
 		return nil, err
@@ -105,7 +110,7 @@ func (s *service) queryObjects(ctx context.Context, filter *model.ObjectFilter, 
 		return nil, err
 	}
 	defer release()
-	q := index.Query{Filter: f, Order: toOrder(orderBy), First: max(n, 1), Access: s.access(v)}
+	q := index.Query{Filter: f, Order: toOrder(orderBy), First: max(n, 1), Access: s.access(v), NoTotal: !total}
 	if after != nil {
 		q.After = *after
 	}
@@ -116,10 +121,26 @@ func (s *service) queryObjects(ctx context.Context, filter *model.ObjectFilter, 
 	return &objectsPage{Page: page, first: n, hasAfter: q.After != "", changes: s.encodeChangeCursor(page.Seq)}, nil
 }
 
+// selectsTotal reports whether a selection of an ObjectConnection asks
+// for a field the index computes with the total count: totalCount or
+// staleClusters (aliases, fragments and @skip/@include applied).
+func selectsTotal(op *graphql.OperationContext, sel ast.SelectionSet) bool {
+	for _, c := range graphql.CollectFields(op, sel, []string{"ObjectConnection"}) {
+		if c.Name == "totalCount" || c.Name == "staleClusters" {
+			return true
+		}
+	}
+	return false
+}
+
 // objects answers Query.objects through gqlgen's generated code (the fast
 // path, fast.go, writes the same page directly).
 func (s *service) objects(ctx context.Context, filter *model.ObjectFilter, orderBy *model.ObjectOrder, first *int, after *string) (*model.ObjectConnection, error) {
-	p, err := s.queryObjects(ctx, filter, orderBy, first, after)
+	total := true // no field context: answer every field
+	if fc := graphql.GetFieldContext(ctx); fc != nil {
+		total = selectsTotal(graphql.GetOperationContext(ctx), fc.Field.Selections)
+	}
+	p, err := s.queryObjects(ctx, filter, orderBy, first, after, total)
 	if err != nil {
 		return nil, err
 	}

@@ -16,13 +16,17 @@ import (
 var benchSink any
 
 var benchStore = sync.OnceValue(func() *index.Store {
+	return fleetStore(indextest.Fleet{Clusters: 10, Namespaces: 1000, PerNamespace: 10, Seed: 1})
+})
+
+// fleetStore returns a new Store holding fleet f.
+func fleetStore(f indextest.Fleet) *index.Store {
 	s := index.New(memtables.Open)
-	f := indextest.Fleet{Clusters: 10, Namespaces: 1000, PerNamespace: 10, Seed: 1}
 	if err := f.Each(1000, func(rows []index.Object) error { return s.UpsertBatch(context.Background(), rows) }); err != nil {
 		panic(err)
 	}
 	return s
-})
+}
 
 // BenchmarkIngest loads a 100k-object fleet in 1,000-row UpsertBatch
 // calls into an empty Store. The rows are generated before the clock
@@ -177,6 +181,42 @@ func BenchmarkQueryKindPage(b *testing.B) {
 				}
 				if len(p.Edges) != 50 || p.Edges[0].Object.Kind != kind {
 					b.Fatalf("%d edges", len(p.Edges))
+				}
+				benchSink = p
+			}
+		})
+	}
+}
+
+// BenchmarkQueryPage is what fleetbench compare's in-process pages cost:
+// the pages of Q3 (kind and status), Q4 (a label), Q2 (one kind in one
+// namespace) and a restricted viewer's kind page, without the total count
+// (Query.NoTotal), as the peers answer them.
+func BenchmarkQueryPage(b *testing.B) {
+	s := benchStore()
+	f := indextest.Fleet{Clusters: 10, Namespaces: 1000, PerNamespace: 10, Seed: 1}
+	admin := &index.Access{All: true}
+	for _, bc := range []struct {
+		name string
+		q    index.Query
+	}{
+		{"kind-status", index.Query{Filter: index.Filter{Kinds: []string{"Kustomization"}, Statuses: []index.Status{index.StatusUnhealthy}}, Access: admin}},
+		{"label", index.Query{Filter: index.Filter{LabelSelector: "app=v0"}, Access: admin}},
+		{"namespace-kind", index.Query{Filter: index.Filter{Clusters: []string{"cluster-003"}, Namespaces: []string{"ns-0042"}, Kinds: []string{"Pod"}}, Access: admin}},
+		{"viewer-kind-status", index.Query{Filter: index.Filter{Kinds: []string{"Kustomization"}, Statuses: []index.Status{index.StatusUnhealthy}}, Access: f.NamespaceAccess(10, 200)}},
+		{"viewer-pod", index.Query{Filter: index.Filter{Kinds: []string{"Pod"}}, Access: f.NamespaceAccess(10, 200)}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			q := bc.q
+			q.NoTotal = true
+			b.ReportAllocs()
+			for b.Loop() {
+				p, err := s.Query(context.Background(), q)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(p.Edges) == 0 {
+					b.Fatal("no edges")
 				}
 				benchSink = p
 			}

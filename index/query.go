@@ -51,16 +51,25 @@ type Query struct {
 	After string
 	// Access is the viewer's access; nil sees nothing.
 	Access *Access
+	// NoTotal leaves Page.TotalCount and Page.StaleClusters unset (0 and
+	// nil). Counting every match costs more than the page itself when the
+	// matches are many (a scan of the source, or a pass over the count
+	// cells per cluster for a restricted viewer), so a caller that shows
+	// neither, such as a GraphQL query that selects neither field, asks
+	// for the page alone. The edges and HasNextPage do not change.
+	NoTotal bool
 }
 
 // Page is one page of a query result.
 type Page struct {
 	Edges []Edge
-	// TotalCount counts every visible object matching the filter.
+	// TotalCount counts every visible object matching the filter (0 when
+	// the query set NoTotal).
 	TotalCount  int
 	HasNextPage bool
 	// StaleClusters lists, in name order, the clusters in the query's scope
-	// (filter and access) whose rows are last-known state (Cluster.Stale).
+	// (filter and access) whose rows are last-known state (Cluster.Stale);
+	// nil when the query set NoTotal.
 	StaleClusters []string
 	// Seq is the change feed position the page reflects: Subscribe(Seq)
 	// delivers exactly the changes after it.
@@ -226,7 +235,7 @@ func compareSortKeys(a, b *sortKey) int {
 }
 
 // Query returns one page of visible objects matching q, with the total
-// count, in q.Order.
+// count unless q.NoTotal, in q.Order.
 //
 // The planner picks the cheapest candidate source: the posting list of the
 // kinds and statuses, of the clusters and namespaces, of a label
@@ -264,7 +273,10 @@ func (s *Store) Query(ctx context.Context, q Query) (*Page, error) {
 	p.pace = s.newPacer(ctx)
 	defer p.pace.done()
 	stale := staleClusters(txn)
-	page := &Page{Seq: s.seq, StaleClusters: p.staleInScope(stale), Edges: []Edge{}}
+	page := &Page{Seq: s.seq, Edges: []Edge{}}
+	if !q.NoTotal {
+		page.StaleClusters = p.staleInScope(stale)
+	}
 	if p.empty {
 		return page, nil
 	}
@@ -275,7 +287,7 @@ func (s *Store) Query(ctx context.Context, q Query) (*Page, error) {
 			after.pfx = namePrefix(cur.Str)
 		}
 	}
-	rows, more, total, err := p.run(q.Order, after, first)
+	rows, more, total, err := p.run(q.Order, after, first, !q.NoTotal)
 	if err != nil {
 		return nil, err
 	}
@@ -311,8 +323,9 @@ func (s *Store) Query(ctx context.Context, q Query) (*Page, error) {
 // runs, loading the row and checking the filter).
 const exactScanRatio = 10
 
-// run returns the page rows, whether more follow, and the total.
-func (p *plan) run(o Order, after *sortKey, first int) ([]*objRow, bool, int, error) {
+// run returns the page rows, whether more follow, and the total (0 when
+// not counted).
+func (p *plan) run(o Order, after *sortKey, first int, counted bool) ([]*objRow, bool, int, error) {
 	src := p.bestSource()
 	live := len(p.x.rows) - len(p.x.free)
 	// Walking the name order from the cursor finds a page after about
@@ -335,12 +348,19 @@ func (p *plan) run(o Order, after *sortKey, first int) ([]*objRow, bool, int, er
 		if err != nil {
 			return nil, false, 0, err
 		}
+		if ok && !counted {
+			return rows, more, 0, nil
+		}
 		if ok {
 			total, err := p.count(src)
 			return rows, more, total, err
 		}
 	}
-	return p.collect(src, o, after, first)
+	rows, more, total, err := p.collect(src, o, after, first)
+	if !counted {
+		total = 0
+	}
+	return rows, more, total, err
 }
 
 // walkBudget is how many items a walk visits before it gives up: what

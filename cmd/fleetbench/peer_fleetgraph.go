@@ -107,7 +107,8 @@ func (p *fleetgraphPeer) get(_ context.Context, k index.Key) (string, error) {
 }
 
 func (p *fleetgraphPeer) query(q pageQuery) index.Query {
-	iq := index.Query{First: q.first, Access: p.admin, Order: index.Order{Field: index.OrderName}}
+	// NoTotal: no peer counts the matches of a page query (see workloads).
+	iq := index.Query{First: q.first, Access: p.admin, Order: index.Order{Field: index.OrderName}, NoTotal: true}
 	if q.scope != nil {
 		iq.Access = q.scope.access
 	}
