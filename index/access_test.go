@@ -199,3 +199,56 @@ func TestAccessReusedAsTheIndexGrows(t *testing.T) {
 	add(hr, 6) // a kind the access sets named before it existed
 	check("HelmReleases")
 }
+
+// TestAccessEstimateFollowsRows checks that the access source's estimate,
+// kept on the ClusterAccess between queries, changes when a row of the
+// cluster comes or goes, and only then, and that an estimate stopped at a
+// limit is not taken for a whole one.
+func TestAccessEstimateFollowsRows(t *testing.T) {
+	s, _ := newTestStore(t)
+	for _, o := range []Object{
+		pod("c1", "a", "a1", StatusHealthy, nil), pod("c1", "a", "a2", StatusHealthy, nil), pod("c1", "a", "a3", StatusHealthy, nil),
+		pod("c1", "b", "b1", StatusHealthy, nil), pod("c1", "b", "b2", StatusHealthy, nil),
+		pod("c1", "z", "z1", StatusHealthy, nil), pod("c2", "a", "a1", StatusHealthy, nil),
+	} {
+		mustNoErr(t, s.Upsert(ctxb, o))
+	}
+	pods := NewResources(GroupResource{Resource: "pods"})
+	ca := &ClusterAccess{Namespaces: map[string]*Resources{"a": pods, "b": pods, "new": pods}}
+	estimate := func(limit int) (int, *accessEst) {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		cid, _ := s.x.clusters.lookup("c1")
+		n := s.x.accessEstimate(cid, ca, limit)
+		return n, s.x.resolveAccess(ca).est.Load()
+	}
+	check := func(what string, want int, same *accessEst) *accessEst {
+		t.Helper()
+		n, e := estimate(1000)
+		if n != want {
+			t.Fatalf("%s: estimate %d, want %d", what, n, want)
+		}
+		if same != nil && e != same {
+			t.Fatalf("%s: estimated again; the cluster's rows did not change", what)
+		}
+		return e
+	}
+	e := check("first", 5, nil)
+	check("again", 5, e)
+	mustNoErr(t, s.Upsert(ctxb, pod("c1", "a", "a1", StatusUnhealthy, nil)))
+	check("a status change", 5, e)
+	mustNoErr(t, s.Upsert(ctxb, pod("c2", "b", "b9", StatusHealthy, nil)))
+	check("a row of another cluster", 5, e)
+	mustNoErr(t, s.Upsert(ctxb, pod("c1", "a", "a4", StatusHealthy, nil)))
+	check("a row comes", 6, nil)
+	mustNoErr(t, s.Delete(ctxb, Key{Cluster: "c1", Kind: "Pod", Namespace: "b", Name: "b1"}))
+	check("a row goes", 5, nil)
+	mustNoErr(t, s.Upsert(ctxb, pod("c1", "new", "n1", StatusHealthy, nil)))
+	check("a row in a namespace that had no id", 6, nil)
+	mustNoErr(t, s.Upsert(ctxb, pod("c1", "b", "b3", StatusHealthy, nil)))
+	if n, e := estimate(3); n < 3 || e.full {
+		t.Fatalf("limit 3: estimate %d (kept as whole: %v), want at least 3, not whole", n, e.full)
+	}
+	e = check("after a limited estimate", 7, nil)
+	check("again", 7, e)
+}

@@ -1,5 +1,7 @@
 package index
 
+import "sync/atomic"
+
 // accessIDs is a ClusterAccess resolved against one index's dictionaries:
 // namespaces by id and resources by kind, so that checking a row is a probe
 // of a small uint32-keyed map and a bit test. ClusterAccess.Allows takes
@@ -25,6 +27,18 @@ type accessIDs struct {
 	named      bool // the access set has Named grants: check them by string
 	everywhere kindBits
 	byNS       map[uint32]kindBits
+	// est is the last accessEstimate made from it, for one cluster.
+	est atomic.Pointer[accessEst]
+}
+
+// accessEst is how many rows a ClusterAccess lets a source yield in the
+// cluster cid while the cluster has the given shape (clusterAgg.shape): n
+// exactly when full, else at least n (the estimate stopped at a limit).
+type accessEst struct {
+	cid   uint32
+	shape uint64
+	n     int
+	full  bool
 }
 
 // kindBits is a set of kindInfo seqs.

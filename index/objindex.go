@@ -50,6 +50,9 @@ type objIndex struct {
 	// allCluster is the ClusterAccess that sees a whole cluster, used
 	// for viewers with Access.All.
 	allCluster *ClusterAccess
+	// shapes numbers the changes of clusters' shapes (see
+	// clusterAgg.shape).
+	shapes uint64
 }
 
 // clusterAgg indexes the rows of one cluster.
@@ -58,6 +61,11 @@ type clusterAgg struct {
 	cells  cells
 	nss    map[uint32]*nsAgg
 	byKind map[uint32]*postings // by kid
+	// shape changes (to the next x.shapes, so no two shapes of any
+	// cluster are equal) whenever a row comes, goes or changes kind: the
+	// rows per namespace and per kind stay as they are between changes,
+	// so estimates made from them hold (see accessEstimate).
+	shape uint64
 }
 
 // nsAgg indexes the rows of one namespace of one cluster.
@@ -136,6 +144,7 @@ func (x *objIndex) insertRow(r *objRow) {
 	x.byName.insert(pfx, r)
 	x.widenKindNames(r.kind.kid, pfx)
 	ca := x.cluster(r.cid)
+	x.reshape(ca)
 	ca.rows.add(r.rid, x.maxRows())
 	x.byKindOf(ca, r.kind.kid).add(r.rid, x.maxRows())
 	x.namespaces.ref(r.nsid)
@@ -154,6 +163,7 @@ func (x *objIndex) remove(r *objRow) {
 	x.byKey.delete(r.key, r.rid)
 	x.msgs.release(r.message)
 	ca := x.byCluster[r.cid]
+	x.reshape(ca)
 	ca.rows.remove(r.rid)
 	kp := ca.byKind[r.kind.kid]
 	kp.remove(r.rid)
@@ -194,6 +204,7 @@ func (x *objIndex) updateRow(old, r *objRow) {
 	}
 	ca := x.byCluster[r.cid]
 	if old.kind.kid != r.kind.kid {
+		x.reshape(ca)
 		x.byKindOf(ca, old.kind.kid).remove(r.rid)
 		if ca.byKind[old.kind.kid].len() == 0 {
 			delete(ca.byKind, old.kind.kid)
@@ -281,6 +292,12 @@ func (x *objIndex) cluster(cid uint32) *clusterAgg {
 		x.byCluster[cid] = ca
 	}
 	return ca
+}
+
+// reshape gives ca a new shape: a row comes, goes or changes kind.
+func (x *objIndex) reshape(ca *clusterAgg) {
+	x.shapes++
+	ca.shape = x.shapes
 }
 
 func (x *objIndex) addCounts(r *objRow, ca *clusterAgg, na *nsAgg, d int32) {
