@@ -35,6 +35,14 @@ const followIdle = 5 * time.Second
 // errStalled: the stream holds messages a consumer does not deliver.
 var errStalled = errors.New("replication: the stream's consumer stalled")
 
+// errOutOfOrder: a consumer delivered a message after a gap in its own
+// sequence.
+var errOutOfOrder = errors.New("replication: the stream's consumer skipped a message")
+
+// consumerInactive is how long the server keeps a consumer nobody pulls
+// from (one consume could not delete).
+const consumerInactive = time.Minute
+
 // followMaxBytes bounds what the consumer has in flight from the server.
 const followMaxBytes = 32 << 20
 
@@ -70,17 +78,10 @@ func (n *Node) follow(ctx context.Context) error {
 		return true
 	}
 	for {
-		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{n.subj.all()}, DeliverPolicy: jetstream.DeliverAllPolicy}
-		if next := n.followed.Load() + 1; next > 1 {
-			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, next
-		}
-		cons, err := n.stream.OrderedConsumer(ctx, cfg)
-		if err == nil {
-			err = n.consume(ctx, cons, applied, func(ctx context.Context, read uint64) bool {
-				info, err := n.stream.Info(ctx)
-				return err == nil && info.State.LastSeq > read
-			})
-		}
+		err := n.consume(ctx, n.subj.all(), n.followed.Load()+1, applied, func(ctx context.Context, read uint64) bool {
+			info, err := n.stream.Info(ctx)
+			return err == nil && info.State.LastSeq > read
+		})
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -91,16 +92,42 @@ func (n *Node) follow(ctx context.Context) error {
 	}
 }
 
-// consume reads messages of cons, decodes them on one goroutine and
-// delivers them on another (this one), calling after for each; it stops
-// when after returns false or ctx ends.
+// consume reads the messages of filter from stream sequence from with a
+// consumer of its own, decodes them on one goroutine and delivers them
+// on another (this one), calling after for each; it stops when after
+// returns false or ctx ends, and returns an error when reading fails,
+// for the caller to read again with a new consumer after the last
+// message it applied.
+//
+// The consumer is a plain pull consumer, not nats.go's ordered one,
+// whose Next recreates its consumer after a server failure inside the
+// call, retrying forever while it holds the lock that its Stop takes
+// too: a replica then waited in Next with no error and no timeout for
+// as long as the recreation failed. consume does what the ordered
+// consumer does itself (a message out of the consumer's sequence, a
+// missed heartbeat or any error of the pull ends it), so that each
+// Next returns within followIdle.
+//
 // While nothing comes for followIdle, behind is asked whether the stream
 // holds messages after the last one read: then the consumer is stalled
-// (its NATS node died and the client missed the reconnect that would have
-// recreated it, which nats.go reports by no error at all) and consume
-// returns errStalled, for the caller to read again with a new one.
-func (n *Node) consume(ctx context.Context, cons jetstream.Consumer, after func(*delivery) bool, behind func(ctx context.Context, read uint64) bool) error {
-	it, err := cons.Messages(jetstream.PullMaxBytes(followMaxBytes))
+// (its NATS node died and the pull went with it, which nats.go reports
+// by no error at all) and consume returns errStalled.
+func (n *Node) consume(ctx context.Context, filter string, from uint64, after func(*delivery) bool, behind func(ctx context.Context, read uint64) bool) error {
+	cfg := jetstream.ConsumerConfig{
+		FilterSubject: filter, DeliverPolicy: jetstream.DeliverAllPolicy, AckPolicy: jetstream.AckNonePolicy,
+		MemoryStorage: true, Replicas: 1, InactiveThreshold: consumerInactive,
+	}
+	if from > 1 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
+	}
+	create, cancelCreate := context.WithTimeout(ctx, followIdle)
+	cons, err := n.stream.CreateConsumer(create, cfg)
+	cancelCreate()
+	if err != nil {
+		return fmt.Errorf("replication: create a consumer: %w", err)
+	}
+	defer n.deleteConsumer(ctx, cons.CachedInfo().Name)
+	it, err := cons.Messages(jetstream.PullMaxBytes(followMaxBytes), jetstream.WithMessagesErrOnMissingHeartbeat(true))
 	if err != nil {
 		return fmt.Errorf("replication: read stream: %w", err)
 	}
@@ -112,7 +139,7 @@ func (n *Node) consume(ctx context.Context, cons jetstream.Consumer, after func(
 	readErr := make(chan error, 1)
 	go func() {
 		defer close(out)
-		readErr <- n.read(ctx, it, out, behind)
+		readErr <- n.read(ctx, it, from-1, out, behind)
 	}()
 	defer func() {
 		it.Stop()
@@ -132,10 +159,24 @@ func (n *Node) consume(ctx context.Context, cons jetstream.Consumer, after func(
 	return nil
 }
 
-// read decodes messages until the iterator stops.
-func (n *Node) read(ctx context.Context, it jetstream.MessagesContext, out chan<- *delivery, behind func(context.Context, uint64) bool) error {
+// deleteConsumer deletes a consumer consume is done with, if the server
+// answers at once; otherwise the server drops it after consumerInactive.
+func (n *Node) deleteConsumer(ctx context.Context, name string) {
+	if ctx.Err() != nil {
+		return // shutting down: no wait for a server that may be gone
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_ = n.stream.DeleteConsumer(ctx, name)
+}
+
+// read decodes messages after stream sequence last until the iterator
+// stops. A message whose
+// consumer sequence is not the next one (the server sent one the client
+// lost, as across a reconnect) ends it with errOutOfOrder.
+func (n *Node) read(ctx context.Context, it jetstream.MessagesContext, last uint64, out chan<- *delivery, behind func(context.Context, uint64) bool) error {
 	dec := newDecoder()
-	var last uint64
+	var delivered uint64
 	for {
 		m, err := it.Next(jetstream.NextMaxWait(followIdle))
 		if errors.Is(err, nats.ErrTimeout) {
@@ -154,6 +195,10 @@ func (n *Node) read(ctx context.Context, it jetstream.MessagesContext, out chan<
 		if err != nil {
 			return fmt.Errorf("replication: message metadata: %w", err)
 		}
+		if meta.Sequence.Consumer != delivered+1 {
+			return fmt.Errorf("%w: message %d of the consumer came after %d (stream sequence %d, last read %d)", errOutOfOrder, meta.Sequence.Consumer, delivered, meta.Sequence.Stream, last)
+		}
+		delivered = meta.Sequence.Consumer
 		d := &delivery{seq: meta.Sequence.Stream, stamp: meta.Timestamp, pending: meta.NumPending, subject: m.Subject()}
 		last = d.seq
 		d.env, d.err = dec.decode(m.Data())

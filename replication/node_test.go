@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
@@ -51,6 +52,14 @@ func startNode(t *testing.T, s *server.Server, name string, follow bool, tweak .
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startNodeConn(t, nc, name, follow, tweak...)
+}
+
+// startNodeConn is startNode on a connection of the caller's, which the
+// node's cleanup closes.
+func startNodeConn(t *testing.T, nc *nats.Conn, name string, follow bool, tweak ...func(*Options)) *testNode {
+	t.Helper()
+	var err error
 	tn := &testNode{store: index.New(memtables.Open), done: make(chan error, 1), lost: make(chan string, 16)}
 	opts := Options{
 		Conn: nc, Store: tn.store, Name: name, Follow: follow,

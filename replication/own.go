@@ -184,16 +184,8 @@ func (n *Node) catchUp(ctx context.Context, cl *clusterLog, last uint64) error {
 	if last < from {
 		return nil
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{cl.subject}, DeliverPolicy: jetstream.DeliverAllPolicy}
-	if from > 1 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
-	}
-	cons, err := n.stream.OrderedConsumer(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("replication: read the log of %q: %w", cl.name, err)
-	}
 	reached := false
-	err = n.consume(ctx, cons, func(d *delivery) bool {
+	err := n.consume(ctx, cl.subject, from, func(d *delivery) bool {
 		reached = d.seq >= last
 		return !reached
 	}, func(_ context.Context, read uint64) bool { return read < last })

@@ -57,6 +57,15 @@ func runBinary(t *testing.T, bin string, env []string, args ...string) *process 
 		select {
 		case <-done:
 		default:
+			if t.Failed() {
+				// A Go program writes every goroutine's stack on SIGQUIT:
+				// where a process that did not do its part waits.
+				_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+				select {
+				case <-done:
+				case <-time.After(5 * time.Second):
+				}
+			}
 			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 			<-done
 		}
