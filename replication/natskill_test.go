@@ -159,6 +159,25 @@ func TestFollowSurvivesNATSNodeKill(t *testing.T) {
 		must(t, owner.UpsertCluster(ctx, eastState(round)))
 		converged(fmt.Sprintf("round %d, %s down", round, leader.name))
 		must(t, leader.start(nodes))
+		// The next kill, and the test's end, find every replica of the
+		// stream current: a server shut down while it still builds its
+		// replica leaves that store's goroutines running (goleak).
+		waitFor(t, "every replica of the stream current", 30*time.Second, func() error {
+			info, err := owner.stream.Info(context.Background())
+			if err != nil {
+				return err
+			}
+			c := info.Cluster
+			if c == nil || c.Leader == "" || len(c.Replicas) != len(nodes)-1 {
+				return fmt.Errorf("stream cluster %+v", c)
+			}
+			for _, r := range c.Replicas {
+				if !r.Current || r.Offline {
+					return fmt.Errorf("replica %s: current %v, offline %v", r.Name, r.Current, r.Offline)
+				}
+			}
+			return nil
+		})
 		must(t, owner.UpsertCluster(ctx, eastState(round+10)))
 		converged(fmt.Sprintf("round %d, %s back", round, leader.name))
 	}
