@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fleetgraph/fleetgraph/index"
 )
@@ -110,6 +111,13 @@ func TestFollowSurvivesNATSNodeKill(t *testing.T) {
 		startNodeConn(t, connectCluster(t, nodes), "", true, replicas, debug),
 		startNodeConn(t, connectCluster(t, nodes), "", true, replicas, debug),
 	}
+	// The cluster just formed: the stream may have no leader yet, and
+	// Acquire does not wait for one.
+	nc := connectCluster(t, nodes)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	must(t, err)
+	streamCurrent(t, js, len(nodes))
 	acquire(t, owner, "east")
 	writeSome(t, owner, "east", 5)
 	converged := func(what string) {
@@ -162,22 +170,7 @@ func TestFollowSurvivesNATSNodeKill(t *testing.T) {
 		// The next kill, and the test's end, find every replica of the
 		// stream current: a server shut down while it still builds its
 		// replica leaves that store's goroutines running (goleak).
-		waitFor(t, "every replica of the stream current", 30*time.Second, func() error {
-			info, err := owner.stream.Info(context.Background())
-			if err != nil {
-				return err
-			}
-			c := info.Cluster
-			if c == nil || c.Leader == "" || len(c.Replicas) != len(nodes)-1 {
-				return fmt.Errorf("stream cluster %+v", c)
-			}
-			for _, r := range c.Replicas {
-				if !r.Current || r.Offline {
-					return fmt.Errorf("replica %s: current %v, offline %v", r.Name, r.Current, r.Offline)
-				}
-			}
-			return nil
-		})
+		streamCurrent(t, js, len(nodes))
 		must(t, owner.UpsertCluster(ctx, eastState(round+10)))
 		converged(fmt.Sprintf("round %d, %s back", round, leader.name))
 	}
@@ -207,4 +200,26 @@ func appliedOf(n *testNode, cluster string) uint64 {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	return cl.applied
+}
+
+// streamCurrent waits until the stream has a leader and its other
+// servers' replicas are current.
+func streamCurrent(t *testing.T, js jetstream.JetStream, servers int) {
+	t.Helper()
+	waitFor(t, "every replica of the stream current", 30*time.Second, func() error {
+		st, err := js.Stream(context.Background(), DefaultStream)
+		if err != nil {
+			return err
+		}
+		c := st.CachedInfo().Cluster
+		if c == nil || c.Leader == "" || len(c.Replicas) != servers-1 {
+			return fmt.Errorf("stream cluster %+v", c)
+		}
+		for _, r := range c.Replicas {
+			if !r.Current || r.Offline {
+				return fmt.Errorf("replica %s: current %v, offline %v", r.Name, r.Current, r.Offline)
+			}
+		}
+		return nil
+	})
 }
