@@ -46,12 +46,11 @@ const consumerInactive = time.Minute
 // followMaxBytes bounds what the consumer has in flight from the server.
 const followMaxBytes = 32 << 20
 
-// follow applies every cluster's log to the index until ctx ends. An
-// ordered consumer reads the stream from its start (snapshots and what
-// came after them: compaction purged the rest) and recreates itself after
-// a server failure where it stopped. When reading fails all the same (the
-// NATS node holding the consumer died and recreating it failed), a new
-// consumer resumes after the last message applied: a replica never stops
+// follow applies every cluster's log to the index until ctx ends. It
+// reads the stream from its start (snapshots and what came after them:
+// compaction purged the rest) with consume; when reading fails or stalls
+// (a NATS node died, the consumer's pull went with it), a new consumer
+// resumes after the last message applied: a replica never stops
 // following while it runs.
 func (n *Node) follow(ctx context.Context) error {
 	backoff := retry.New(retry.Stream, nil)
