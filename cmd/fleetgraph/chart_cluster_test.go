@@ -61,20 +61,21 @@ func TestChartManifestsAccepted(t *testing.T) {
 	}
 	dyn := dynamic.NewForConfigOrDie(c.DirectConfig)
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(discovery.NewDiscoveryClientForConfigOrDie(c.DirectConfig)))
-	for _, tc := range []struct {
+	type chartCase struct {
 		name   string
 		values map[string]any
-	}{
-		{"manager defaults", map[string]any{}},
-		{"manager with everything", richValues},
-		{"leaf", map[string]any{"mode": "leaf", "collect": map[string]any{"istioNamespace": "istio-system"}}},
-		{"edge", map[string]any{"mode": "edge", "edge": map[string]any{"managerURL": "https://m/edge", "cluster": "leaf-1", "tokenSecret": "t"}}},
+	}
+	var cases []chartCase
+	for _, c := range nonHACases { // the renderings without HA
+		cases = append(cases, chartCase{strings.TrimSuffix(c.file, ".yaml"), c.values})
+	}
+	for _, tc := range append(cases, []chartCase{
 		{"manager HA", haValues("nats://nats:4222")},
 		{"manager HA, hard anti-affinity, own resources", map[string]any{"ha": map[string]any{
 			"enabled": true, "nats": map[string]any{"url": "nats://nats:4222"}, "antiAffinity": "hard",
 			"query": map[string]any{"replicas": 3, "resources": map[string]any{"requests": map[string]any{"memory": "4Gi"}}},
 		}}},
-	} {
+	}...) {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := mustRender(t, "fleetgraph", "fleetgraph", tc.values)
 			kinds := map[string]bool{}
