@@ -110,8 +110,9 @@ type Manager struct {
 
 	mu       sync.Mutex
 	ctx      context.Context // set by Run; nil before
+	stopping bool            // Run is waiting for wg: no cluster starts any more
 	clusters map[string]*cluster
-	wg       sync.WaitGroup
+	wg       sync.WaitGroup // cluster goroutines; joined only under mu, before stopping
 }
 
 // ErrUnknownCluster is returned for a cluster the manager does not have.
@@ -145,7 +146,10 @@ func (m *Manager) Add(spec Spec) error {
 	}
 	c := newCluster(m, spec)
 	m.clusters[spec.Name] = c
-	if m.ctx != nil {
+	// Once Run is stopping, a cluster added late (a collector taking one
+	// over while the process shuts down) is not started: joining wg then
+	// would race Run's Wait and outlive Run.
+	if m.ctx != nil && !m.stopping {
 		m.start(c)
 	}
 	return nil
@@ -251,6 +255,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	m.mu.Unlock()
 	<-ctx.Done()
+	m.mu.Lock()
+	m.stopping = true
+	m.mu.Unlock()
 	m.wg.Wait()
 	return nil
 }

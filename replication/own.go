@@ -65,6 +65,9 @@ type outItem struct {
 	force    bool // a RestoreCluster: every replica applies it
 }
 
+// stop ends the publishing goroutine; the first call decides drain.
+// Callers hold the cluster's mutex for the first call (publishLoop reads
+// drain under it).
 func (o *owned) stop(drain bool) {
 	o.once.Do(func() {
 		o.drain = drain
@@ -314,7 +317,13 @@ func (n *Node) publishLoop(cl *clusterLog, own *owned) {
 			ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 		}
-		if stopping && !own.drain && n.ctx.Err() == nil {
+		// drain is written under cl.mu (stop's callers hold it, but for
+		// a second stop, which writes nothing); the quit branch above is
+		// ordered after it by the channel close, the ctx branch is not.
+		cl.mu.Lock()
+		drain := own.drain
+		cl.mu.Unlock()
+		if stopping && !drain && n.ctx.Err() == nil {
 			return
 		}
 		for {
