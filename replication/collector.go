@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 
 	"github.com/fleetgraph/fleetgraph/connection"
 	"github.com/fleetgraph/fleetgraph/connection/edge"
@@ -79,6 +80,9 @@ type Collector struct {
 	log         *slog.Logger
 	metrics     *collectorMetrics
 	kick        chan struct{}
+	// clock measures lease liveness: its monotonic readings, never a
+	// comparison with another process's clock (tests pass a fake one).
+	clock clock.PassiveClock
 
 	hubMu sync.Mutex
 	hub   *edge.Hub
@@ -90,10 +94,10 @@ type Collector struct {
 	members  map[string]*member         // collector leases seen, by lease name
 	mine     *coordinationv1.Lease      // this collector's lease as last written
 	renewed  time.Time                  // when it was last written
-	informer cache.SharedIndexInformer
-	ctx      context.Context // Run's
-	stopping bool            // Run is waiting for wg: nothing joins it any more
-	wg       sync.WaitGroup  // goroutines Run waits for; joined only by Run's goroutine or under mu
+	cached   cache.Store                // the leases as the informer last saw them
+	ctx      context.Context            // Run's
+	stopping bool                       // Run is waiting for wg: nothing joins it any more
+	wg       sync.WaitGroup             // goroutines Run waits for; joined only by Run's goroutine or under mu
 }
 
 // held is a cluster this process owns.
@@ -104,12 +108,21 @@ type held struct {
 	detail     func() // stops answering detail requests
 }
 
-// member is a collector's lease as this collector observed it.
+// member is a collector's lease as this collector observed it. The cache
+// may be behind (a stalled watch; this process paused), so the cache alone
+// never proves a collector dead: a read from the API server confirms it
+// (see confirm).
 type member struct {
 	id, holder string
 	rv         string
-	observed   time.Time // when its resourceVersion last changed, on this process's clock
+	observed   time.Time // when the cache showed rv first, on this process's clock
 	firstSeen  time.Time // when this process first saw this holder alive
+	// What the API server answered when the cache made the collector look
+	// dead: readRV, first read at readAt; dead once a read confirmed it
+	// (until the cache shows the lease change).
+	readRV string
+	readAt time.Time
+	dead   bool
 }
 
 // NewCollector returns a Collector; Run starts it.
@@ -122,7 +135,7 @@ func NewCollector(opts CollectorOptions) (*Collector, error) {
 	}
 	c := &Collector{
 		opts: opts, node: opts.Node, manager: opts.Manager, log: opts.Logger.With("component", "collector"),
-		metrics: newCollectorMetrics(), kick: make(chan struct{}, 1),
+		metrics: newCollectorMetrics(), kick: make(chan struct{}, 1), clock: clock.RealClock{},
 		desired: map[string]connection.Spec{}, held: map[string]*held{}, locks: map[string]*sync.Mutex{},
 		members: map[string]*member{},
 	}
@@ -270,21 +283,11 @@ func (c *Collector) Run(ctx context.Context) error {
 	c.ctx = ctx
 	c.mu.Unlock()
 	if c.ls != nil {
-		f := informers.NewSharedInformerFactoryWithOptions(c.ls.client, 0, informers.WithNamespace(c.ls.namespace),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = labelLease }))
-		c.informer = f.Coordination().V1().Leases().Informer()
-		if _, err := c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { c.wake() },
-			UpdateFunc: func(any, any) { c.wake() },
-			DeleteFunc: func(any) { c.wake() },
-		}); err != nil {
-			return fmt.Errorf("replication: watch leases: %w", err)
+		stop, err := c.watchLeases(ctx)
+		if err != nil {
+			return err
 		}
-		f.Start(ctx.Done())
-		defer f.Shutdown()
-		if !cache.WaitForCacheSync(ctx.Done(), c.informer.HasSynced) {
-			return ctx.Err()
-		}
+		defer stop()
 	}
 	t := time.NewTicker(leaseRetry)
 	defer t.Stop()
@@ -306,6 +309,30 @@ func (c *Collector) Run(ctx context.Context) error {
 		case <-c.kick:
 		}
 	}
+}
+
+// watchLeases starts the informer that keeps the lease cache, and waits
+// for its first list. stop ends it.
+func (c *Collector) watchLeases(ctx context.Context) (stop func(), err error) {
+	f := informers.NewSharedInformerFactoryWithOptions(c.ls.client, 0, informers.WithNamespace(c.ls.namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = labelLease }))
+	informer := f.Coordination().V1().Leases().Informer()
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.wake() },
+		UpdateFunc: func(any, any) { c.wake() },
+		DeleteFunc: func(any) { c.wake() },
+	}); err != nil {
+		return nil, fmt.Errorf("replication: watch leases: %w", err)
+	}
+	f.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		f.Shutdown()
+		return nil, ctx.Err()
+	}
+	c.mu.Lock()
+	c.cached = informer.GetStore()
+	c.mu.Unlock()
+	return f.Shutdown, nil
 }
 
 // reconcileStatic takes every cluster of the inventory and gives up those

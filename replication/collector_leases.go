@@ -8,6 +8,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/fleetgraph/fleetgraph/connection/edge"
 )
@@ -26,14 +27,14 @@ type view struct {
 func (c *Collector) renew(ctx context.Context, now time.Time) {
 	c.mu.Lock()
 	mine, renewed := c.mine, c.renewed
+	if mine == nil && c.cached != nil {
+		if obj, ok, _ := c.cached.GetByKey(c.ls.namespace + "/" + collectorLeaseName(c.id)); ok {
+			mine = obj.(*coordinationv1.Lease)
+		}
+	}
 	c.mu.Unlock()
 	if now.Sub(renewed) < c.ls.duration/3 {
 		return
-	}
-	if mine == nil {
-		if obj, ok, _ := c.informer.GetStore().GetByKey(c.ls.namespace + "/" + collectorLeaseName(c.id)); ok {
-			mine = obj.(*coordinationv1.Lease)
-		}
 	}
 	l, err := c.ls.renewCollector(ctx, c.id, c.incarnation, mine)
 	if err != nil {
@@ -51,15 +52,42 @@ func (c *Collector) renew(ctx context.Context, now time.Time) {
 	c.metrics.renewals.Inc()
 }
 
-// look reads the leases from the informer's cache and works out which
-// collectors are alive: a collector's lease is alive while it changed
-// (on this process's clock) less than a lease duration ago.
-func (c *Collector) look(now time.Time) *view {
-	v := &view{now: now, clusters: map[string]*clusterLease{}, alive: map[string]string{}, settled: map[string]bool{}}
+// view works out which collectors are alive, from the lease cache (look),
+// and judges none dead on the cache's word alone: a collector whose lease
+// the cache has shown unchanged for a lease duration is a suspect, and
+// the leases are read from the API server to confirm it (confirm). The
+// cache can be behind the API server by any time (its watch stalled, or
+// this process was paused: SIGSTOP, a VM migration), and then it shows a
+// live collector's lease as it was before; its renewals made meanwhile
+// arrive later. Without a confirmed verdict, this process took a live
+// collector's clusters the moment it resumed from a pause.
+func (c *Collector) view(ctx context.Context, now time.Time) (*view, error) {
+	v, suspects := c.look(now)
+	if len(suspects) == 0 || v.alive[c.incarnation] == "" {
+		return v, nil // without a live lease of its own, it takes nothing anyway
+	}
+	if err := c.confirm(ctx, suspects); err != nil {
+		return nil, err
+	}
+	v, _ = c.look(now)
+	return v, nil
+}
+
+// look reads the leases from the cache and works out which collectors are
+// alive: a collector's lease is alive while the cache showed it change
+// (on this process's clock) less than a lease duration ago. One older than
+// that is dead once a read confirmed it, and a suspect (returned, by lease
+// name, and counted alive) until then.
+func (c *Collector) look(now time.Time) (v *view, suspects []string) {
+	v = &view{now: now, clusters: map[string]*clusterLease{}, alive: map[string]string{}, settled: map[string]bool{}}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	seen := map[string]bool{}
-	for _, obj := range c.informer.GetStore().List() {
+	var cached []any
+	if c.cached != nil {
+		cached = c.cached.List()
+	}
+	for _, obj := range cached {
 		l := obj.(*coordinationv1.Lease)
 		switch l.Labels[labelLease] {
 		case leaseCluster:
@@ -68,10 +96,7 @@ func (c *Collector) look(now time.Time) *view {
 			}
 		case leaseCollector:
 			seen[l.Name] = true
-			holder := ""
-			if l.Spec.HolderIdentity != nil {
-				holder = *l.Spec.HolderIdentity
-			}
+			holder := ptr.Deref(l.Spec.HolderIdentity, "")
 			m := c.members[l.Name]
 			if m == nil || m.rv != l.ResourceVersion {
 				if m == nil || m.holder != holder {
@@ -79,6 +104,12 @@ func (c *Collector) look(now time.Time) *view {
 					c.members[l.Name] = m
 				}
 				m.rv, m.observed = l.ResourceVersion, now
+				if m.rv == m.readRV {
+					// A read showed this version first: it is as old as that.
+					m.observed = m.readAt
+				} else {
+					m.dead = false
+				}
 			}
 		}
 	}
@@ -87,8 +118,14 @@ func (c *Collector) look(now time.Time) *view {
 			delete(c.members, name)
 			continue
 		}
-		if m.holder == c.incarnation || m.id == "" || now.Sub(m.observed) >= c.ls.duration {
+		if m.holder == c.incarnation || m.id == "" {
 			continue
+		}
+		if now.Sub(m.observed) >= c.ls.duration {
+			if m.dead {
+				continue
+			}
+			suspects = append(suspects, name)
 		}
 		v.alive[m.holder] = m.id
 		v.settled[m.id] = now.Sub(m.firstSeen) >= c.ls.duration
@@ -105,14 +142,64 @@ func (c *Collector) look(now time.Time) *view {
 		}
 	}
 	slices.Sort(v.ids)
-	return v
+	return v, suspects
+}
+
+// confirm reads the collectors' leases from the API server and judges the
+// suspects (lease names the cache showed unchanged for a lease duration):
+// a collector is dead when its lease is gone or names another incarnation,
+// when the read shows the very version the cache showed a lease duration
+// ago, or when reads a lease duration apart show the same version (the
+// cache is behind, and the collector stopped renewing since). A read that
+// shows a version the cache has not (yet) is a renewal: the collector is
+// alive, whatever the cache says.
+//
+// Every time is on this process's monotonic clock, and at is taken before
+// the request: what the read shows was still current at at or later, so
+// a version unchanged from observed (or readAt) to at was not renewed for
+// at least that long, however long this process was stopped in between.
+func (c *Collector) confirm(ctx context.Context, suspects []string) error {
+	at := c.clock.Now()
+	list, err := c.ls.listCollectors(ctx)
+	if err != nil {
+		return err
+	}
+	read := make(map[string]*coordinationv1.Lease, len(list))
+	for i := range list {
+		read[list[i].Name] = &list[i]
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, name := range suspects {
+		m := c.members[name]
+		if m == nil {
+			continue
+		}
+		l := read[name]
+		switch {
+		case l == nil, ptr.Deref(l.Spec.HolderIdentity, "") != m.holder, l.ResourceVersion == m.rv:
+			m.dead = true
+		case l.ResourceVersion != m.readRV:
+			m.readRV, m.readAt = l.ResourceVersion, at
+		case at.Sub(m.readAt) >= c.ls.duration:
+			m.dead = true
+		}
+		if m.dead {
+			c.log.Info("a collector stopped renewing its lease", "collector", m.id, "incarnation", m.holder)
+		}
+	}
+	return nil
 }
 
 // reconcileLeases is one round of the sharded case; see Collector.
 func (c *Collector) reconcileLeases(ctx context.Context) {
-	now := time.Now()
+	now := c.clock.Now()
 	c.renew(ctx, now)
-	v := c.look(now)
+	v, err := c.view(ctx, now)
+	if err != nil {
+		c.log.Warn("reading the collectors' leases", "err", err)
+		return
+	}
 	if _, ok := v.alive[c.incarnation]; !ok {
 		return // without a lease of its own, this collector takes nothing
 	}
@@ -143,13 +230,20 @@ func (c *Collector) reconcileLeases(ctx context.Context) {
 		}
 	}
 	// Pull clusters: take the ones assigned here, hand over the others.
+	// A lease naming this incarnation for a cluster it does not hold is
+	// one it lost through the stream (fenced off: another owner wrote the
+	// log) or could not take: nobody else takes a cluster whose lease
+	// names a live collector, so it takes the cluster again (a new
+	// generation) or, if the cluster is assigned elsewhere, releases it.
 	for _, name := range desired {
 		l, h, t := v.clusters[name], held[name], targets[name]
 		switch {
+		case h.mode == "" && t != c.id && l != nil && l.holder == c.incarnation:
+			c.async(name, func() { c.releaseLost(ctx, name, l) })
 		case h.mode == "" && t == c.id:
 			failover := ""
 			switch {
-			case l == nil, l.holder == "":
+			case l == nil, l.holder == "", l.holder == c.incarnation:
 			case v.alive[l.holder] == "":
 				failover = fmt.Sprintf("collector %s stopped renewing its lease; collector %s took the cluster over and resyncs it", collectorOf(l.holder), c.id)
 			default:
@@ -244,6 +338,19 @@ func (c *Collector) handOver(ctx context.Context, name, to string) {
 	}
 }
 
+// releaseLost releases the lease of a cluster this collector does not
+// hold (lost) and that is assigned to another collector. The cluster lock
+// is held.
+func (c *Collector) releaseLost(ctx context.Context, name string, l *clusterLease) {
+	if c.isHeld(name) {
+		return
+	}
+	_, err := c.ls.updateCluster(ctx, l.obj, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = nil })
+	if err != nil && !errors.Is(err, errLeaseTaken) && ctx.Err() == nil {
+		c.log.Warn("releasing the lease of a lost cluster", "cluster", name, "err", err)
+	}
+}
+
 // releasePush releases a push cluster whose edge stayed away past its
 // grace period. Its rows stay, stale, until an edge claims it again.
 func (c *Collector) releasePush(ctx context.Context, name string, lease *coordinationv1.Lease) {
@@ -291,23 +398,28 @@ func (c *Collector) Claim(ctx context.Context, cluster, instance string) error {
 	// would name a holder the others see as dead, and one of them would
 	// adopt the cluster at once; its lease cache would not be synced yet
 	// either, so every other holder would look dead to it.
-	if time.Since(renewed) >= c.ls.duration {
+	if c.clock.Since(renewed) >= c.ls.duration {
 		return retryLater("collector %s has no live lease of its own yet", c.id)
 	}
 	cur, err := c.ls.getCluster(ctx, cluster)
 	if err != nil {
 		return retryLater("%v", err)
 	}
-	now := time.Now()
+	now := c.clock.Now()
 	failover := ""
 	var obj *coordinationv1.Lease
 	if cur != nil {
 		obj = cur.obj
-		v := c.look(now)
+		dead := false
+		if cur.holder != "" && cur.holder != c.incarnation {
+			if dead, err = c.isDead(ctx, now, cur.holder); err != nil {
+				return retryLater("%v", err)
+			}
+		}
 		owner := collectorOf(cur.holder)
 		switch {
 		case cur.holder == "" || cur.holder == c.incarnation:
-		case v.alive[cur.holder] == "":
+		case dead:
 			failover = fmt.Sprintf("collector %s, which held the edge's session, stopped renewing its lease; the edge reconnected to collector %s", owner, c.id)
 		case cur.mode == modePull:
 			return &edge.Reject{Reason: edge.ReasonInvalid, Message: fmt.Sprintf("cluster %q is collected in pull mode by collector %s", cluster, owner)}
@@ -400,6 +512,34 @@ func (c *Collector) noteEdge(ctx context.Context, cluster, instance string, rele
 		h.lease = l.obj
 	}
 	c.mu.Unlock()
+}
+
+// isDead judges the holder of a cluster's lease read from the API server
+// (not the cache). The cache, if it is behind that read, may not know the
+// holder yet: then its collector lease is read too, and it is alive if
+// that lease names it.
+func (c *Collector) isDead(ctx context.Context, now time.Time, holder string) (bool, error) {
+	v, err := c.view(ctx, now)
+	if err != nil {
+		return false, err
+	}
+	if v.alive[holder] != "" {
+		return false, nil
+	}
+	c.mu.Lock()
+	known := false
+	for _, m := range c.members {
+		known = known || m.holder == holder
+	}
+	c.mu.Unlock()
+	if known {
+		return true, nil
+	}
+	l, err := c.ls.getCollector(ctx, collectorOf(holder))
+	if err != nil {
+		return false, err
+	}
+	return l == nil || ptr.Deref(l.Spec.HolderIdentity, "") != holder, nil
 }
 
 // retryLater refuses an edge for now, for a reason on the manager's side.

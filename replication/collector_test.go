@@ -49,11 +49,24 @@ type testCollector struct {
 	node      *Node
 	collector *Collector
 	mgmt      *cuttable
+	ctx       context.Context
 	cancel    context.CancelFunc
 	done      chan error
+	running   int  // goroutines that send to done
+	driven    bool // the test calls the Collector's rounds (no Run)
 }
 
 func startCollector(t *testing.T, s *server.Server, id string, mgmt *rest.Config, namespace string, leaves []connection.Spec) *testCollector {
+	t.Helper()
+	tc := newCollector(t, s, id, mgmt, namespace, leaves)
+	tc.running, tc.driven = tc.running+1, false
+	go func() { tc.done <- tc.collector.Run(tc.ctx) }()
+	return tc
+}
+
+// newCollector is startCollector without the Collector's Run: the test
+// drives its rounds (reconcileLeases).
+func newCollector(t *testing.T, s *server.Server, id string, mgmt *rest.Config, namespace string, leaves []connection.Spec) *testCollector {
 	t.Helper()
 	tc := &testCollector{store: index.New(memtables.Open), done: make(chan error, 3)}
 	nc, err := ConnectEmbedded(s)
@@ -81,14 +94,16 @@ func startCollector(t *testing.T, s *server.Server, id string, mgmt *rest.Config
 	for _, spec := range leaves {
 		must(t, tc.collector.Add(spec))
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	tc.cancel = cancel
-	go func() { tc.done <- tc.node.Run(ctx) }()
-	go func() { tc.done <- manager.Run(ctx) }()
-	go func() { tc.done <- tc.collector.Run(ctx) }()
+	tc.ctx, tc.cancel = context.WithCancel(context.Background())
+	tc.running, tc.driven = 2, true
+	go func() { tc.done <- tc.node.Run(tc.ctx) }()
+	go func() { tc.done <- manager.Run(tc.ctx) }()
 	t.Cleanup(func() {
-		cancel()
-		for range 3 {
+		tc.cancel()
+		if tc.driven {
+			tc.collector.wg.Wait() // what the rounds the test drove started
+		}
+		for range tc.running {
 			if err := <-tc.done; err != nil {
 				t.Errorf("collector %s: %v", id, err)
 			}

@@ -261,6 +261,29 @@ func (ls *leases) getCluster(ctx context.Context, cluster string) (*clusterLease
 	return cl, nil
 }
 
+// listCollectors reads every collector's lease from the API server (not
+// a cache).
+func (ls *leases) listCollectors(ctx context.Context) ([]coordinationv1.Lease, error) {
+	list, err := ls.client.CoordinationV1().Leases(ls.namespace).List(ctx, metav1.ListOptions{LabelSelector: labelLease + "=" + leaseCollector})
+	if err != nil {
+		return nil, fmt.Errorf("list the collectors' leases: %w", err)
+	}
+	return list.Items, nil
+}
+
+// getCollector reads a collector's lease from the API server (nil: there
+// is none).
+func (ls *leases) getCollector(ctx context.Context, id string) (*coordinationv1.Lease, error) {
+	l, err := ls.client.CoordinationV1().Leases(ls.namespace).Get(ctx, collectorLeaseName(id), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the lease of collector %q: %w", id, err)
+	}
+	return l, nil
+}
+
 // deleteCluster removes the lease of a cluster that left the inventory.
 func (ls *leases) deleteCluster(ctx context.Context, cur *coordinationv1.Lease) error {
 	err := ls.client.CoordinationV1().Leases(ls.namespace).Delete(ctx, cur.Name, metav1.DeleteOptions{

@@ -1,0 +1,220 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/fleetgraph/fleetgraph/connection"
+	"github.com/fleetgraph/fleetgraph/internal/testcluster"
+)
+
+// leaseTest is a management cluster with a lease namespace, and leaf
+// clusters that are the management cluster again.
+type leaseTest struct {
+	cluster *testcluster.Cluster
+	kube    kubernetes.Interface
+	ns      string
+}
+
+func startLeaseTest(t *testing.T) *leaseTest {
+	t.Helper()
+	c := testcluster.Start(t, testcluster.Options{Name: "mgmt"})
+	lt := &leaseTest{cluster: c, kube: kubernetes.NewForConfigOrDie(c.DirectConfig), ns: "fleetgraph-leases"}
+	_, err := lt.kube.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lt.ns}}, metav1.CreateOptions{})
+	must(t, err)
+	return lt
+}
+
+func (lt *leaseTest) leaf(name string) connection.Spec {
+	return connection.Spec{Name: name, Config: func(context.Context) (*rest.Config, error) { return rest.CopyConfig(lt.cluster.Config), nil }}
+}
+
+// clusterLease reads a cluster's lease from the API server.
+func (lt *leaseTest) clusterLease(t *testing.T, cluster string) *clusterLease {
+	t.Helper()
+	l, err := lt.kube.CoordinationV1().Leases(lt.ns).Get(t.Context(), clusterLeaseName(cluster), metav1.GetOptions{})
+	must(t, err)
+	cl, ok := parseClusterLease(l)
+	if !ok {
+		t.Fatalf("lease %s is not a cluster lease", l.Name)
+	}
+	return cl
+}
+
+// snapshot is the leases as they are now, in a store that never changes:
+// the cache of a collector whose watch delivers nothing more (it was
+// paused, or its watch stalled).
+func (lt *leaseTest) snapshot(t *testing.T) cache.Store {
+	t.Helper()
+	list, err := lt.kube.CoordinationV1().Leases(lt.ns).List(t.Context(), metav1.ListOptions{LabelSelector: labelLease})
+	must(t, err)
+	st := cache.NewStore(cache.DeletionHandlingMetaNamespaceKeyFunc)
+	for i := range list.Items {
+		must(t, st.Add(&list.Items[i]))
+	}
+	return st
+}
+
+// round is one reconcile round of a collector the test drives, and the
+// take-over or release it started for cluster.
+func round(tc *testCollector, cluster string) {
+	tc.collector.reconcileLeases(tc.ctx)
+	tc.collector.lock(cluster).Unlock()
+}
+
+// TestStaleCacheJudgesNobodyDead: a collector whose lease cache is behind
+// (its process was paused past the lease duration, or its watch stalled)
+// sees the other collector's lease unchanged for longer than the lease
+// duration. It must not take that collector's cluster while the API
+// server shows the lease renewed, and must still take it over once the
+// collector really stopped renewing, although its cache never catches up.
+// Collector a's cache is a snapshot that never changes and its clock is
+// fake: a step of the clock past the lease is the pause. (Without the
+// confirming read, a took b's cluster the moment it resumed, which
+// TestReplicatedProcesses saw about one run in five.)
+func TestStaleCacheJudgesNobodyDead(t *testing.T) {
+	lt := startLeaseTest(t)
+	// A cluster the assignment gives to b while both are alive.
+	var cluster string
+	for i := 0; cluster == ""; i++ {
+		if name := fmt.Sprintf("leaf-%d", i); assign([]string{name}, []string{"a", "b"})[name] == "b" {
+			cluster = name
+		}
+	}
+	leaves := []connection.Spec{lt.leaf(cluster)}
+	s := natsServer(t)
+	b := startCollector(t, s, "b", lt.cluster.Config, lt.ns, leaves)
+	waitFor(t, "b holds the cluster", 60*time.Second, func() error {
+		if got := b.holds(); !slices.Equal(got, []string{cluster}) {
+			return fmt.Errorf("b holds %v", got)
+		}
+		return nil
+	})
+
+	a := newCollector(t, s, "a", lt.cluster.Config, lt.ns, leaves)
+	clock := clocktesting.NewFakeClock(time.Now())
+	frozen := lt.snapshot(t)
+	a.collector.mu.Lock()
+	a.collector.clock, a.collector.cached = clock, frozen
+	a.collector.mu.Unlock()
+	round(a, cluster)
+	if got := a.holds(); len(got) != 0 {
+		t.Fatalf("a took %v while b is alive", got)
+	}
+	obj, ok, err := frozen.GetByKey(lt.ns + "/" + collectorLeaseName("b"))
+	if err != nil || !ok {
+		t.Fatalf("b's lease is not in a's cache: %v", err)
+	}
+	seen := obj.(metav1.Object).GetResourceVersion()
+	waitFor(t, "b renews its lease", 30*time.Second, func() error {
+		l, err := lt.kube.CoordinationV1().Leases(lt.ns).Get(t.Context(), collectorLeaseName("b"), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if l.ResourceVersion == seen {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+
+	// a resumes: by its clock, two lease durations have passed since its
+	// cache last showed b's lease change.
+	duration := a.collector.ls.duration
+	clock.Step(2 * duration)
+	round(a, cluster)
+	if got := a.holds(); len(got) != 0 {
+		t.Fatalf("after its pause, a took %v from the live collector b", got)
+	}
+	if l := lt.clusterLease(t, cluster); l.holder != b.collector.incarnation {
+		t.Fatalf("the cluster's lease names %q, want b (%s)", l.holder, b.collector.incarnation)
+	}
+	if got := b.holds(); !slices.Equal(got, []string{cluster}) {
+		t.Fatalf("b holds %v", got)
+	}
+
+	// b stops renewing (cut off from the management cluster); a's cache
+	// still never changes. Reads a lease duration apart show b's lease
+	// unchanged: a takes the cluster over.
+	b.mgmt.cut.Store(true)
+	waitFor(t, "a takes the cluster over from b, which stopped renewing", 30*time.Second, func() error {
+		clock.Step(2 * duration)
+		round(a, cluster)
+		if got := a.holds(); !slices.Equal(got, []string{cluster}) {
+			return fmt.Errorf("a holds %v", got)
+		}
+		return nil
+	})
+	if l := lt.clusterLease(t, cluster); l.holder != a.collector.incarnation {
+		t.Fatalf("the cluster's lease names %q, want a (%s)", l.holder, a.collector.incarnation)
+	}
+	if n := testutil.ToFloat64(a.collector.metrics.takeovers.WithLabelValues("failover")); n != 1 {
+		t.Fatalf("a counted %v failovers, want 1", n)
+	}
+}
+
+// TestLostClusterIsCollectedAgain: a collector fenced off a cluster
+// through the stream (another owner wrote the cluster's log) while the
+// cluster's lease still names it must not leave the cluster uncollected:
+// no other collector takes a cluster whose lease names a live collector,
+// so it takes the cluster again, under a new lease generation.
+func TestLostClusterIsCollectedAgain(t *testing.T) {
+	lt := startLeaseTest(t)
+	if _, err := lt.cluster.Seed(t.Context(), testcluster.SeedOptions{Namespaces: 1, Pods: 1}); err != nil {
+		t.Fatal(err)
+	}
+	const cluster = "leaf-0"
+	s := natsServer(t)
+	a := startCollector(t, s, "a", lt.cluster.Config, lt.ns, []connection.Spec{lt.leaf(cluster)})
+	waitFor(t, "a holds the cluster", 60*time.Second, func() error {
+		if got := a.holds(); !slices.Equal(got, []string{cluster}) {
+			return fmt.Errorf("a holds %v", got)
+		}
+		return nil
+	})
+	before := lt.clusterLease(t, cluster).generation
+
+	// Another node writes the cluster's log with a newer epoch, and a
+	// change in the leaf makes a write: the stream refuses it.
+	intruder := startNode(t, s, NewIncarnation("intruder"), false)
+	acquire(t, intruder, cluster)
+	if _, err := lt.kube.CoreV1().Pods("ns-0").Create(t.Context(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "after-intruder"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}, TerminationGracePeriodSeconds: ptr.To(int64(0))},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a is fenced off the cluster", 30*time.Second, func() error {
+		if n := testutil.ToFloat64(a.collector.metrics.lost); n != 1 {
+			return fmt.Errorf("a lost %v clusters", n)
+		}
+		return nil
+	})
+	waitFor(t, "a takes the cluster again", 30*time.Second, func() error {
+		a.collector.mu.Lock()
+		h := a.collector.held[cluster]
+		a.collector.mu.Unlock()
+		if h == nil {
+			return errors.New("a does not hold the cluster")
+		}
+		if h.generation <= before {
+			return fmt.Errorf("a holds the cluster under lease generation %d, as before", h.generation)
+		}
+		return nil
+	})
+	if l := lt.clusterLease(t, cluster); l.holder != a.collector.incarnation || l.generation <= before {
+		t.Fatalf("the cluster's lease: holder %q generation %d, want a (%s) above %d", l.holder, l.generation, a.collector.incarnation, before)
+	}
+}
