@@ -218,3 +218,50 @@ func TestLostClusterIsCollectedAgain(t *testing.T) {
 		t.Fatalf("the cluster's lease: holder %q generation %d, want a (%s) above %d", l.holder, l.generation, a.collector.incarnation, before)
 	}
 }
+
+// TestLostClusterAssignedElsewhereIsReleased: a collector whose lease
+// names it for a cluster it does not hold, and which the assignment gives
+// to another collector, releases the lease, so that the other one takes
+// the cluster (which waits for a live holder to hand it over otherwise).
+// The test writes the lease to name a as a takeover by a that did not
+// get as far as collecting would leave it.
+func TestLostClusterAssignedElsewhereIsReleased(t *testing.T) {
+	lt := startLeaseTest(t)
+	var cluster string
+	for i := 0; cluster == ""; i++ {
+		if name := fmt.Sprintf("leaf-%d", i); assign([]string{name}, []string{"a", "b"})[name] == "b" {
+			cluster = name
+		}
+	}
+	leaves := []connection.Spec{lt.leaf(cluster)}
+	s := natsServer(t)
+	a := startCollector(t, s, "a", lt.cluster.Config, lt.ns, leaves)
+	b := startCollector(t, s, "b", lt.cluster.Config, lt.ns, leaves)
+	waitFor(t, "b holds the cluster, a nothing", 60*time.Second, func() error {
+		if got := b.holds(); !slices.Equal(got, []string{cluster}) {
+			return fmt.Errorf("b holds %v", got)
+		}
+		if got := a.holds(); len(got) != 0 {
+			return fmt.Errorf("a holds %v", got)
+		}
+		return nil
+	})
+	// a must see b alive, or it would take the cluster itself.
+	waitOwnLease(t, a.collector)
+	forged, err := a.collector.ls.acquireCluster(t.Context(), cluster, a.collector.incarnation, lt.clusterLease(t, cluster).obj,
+		func(ann map[string]string) { ann[annMode] = modePull })
+	must(t, err)
+	waitFor(t, "b collects the cluster again under a newer lease", 30*time.Second, func() error {
+		l := lt.clusterLease(t, cluster)
+		if l.holder != b.collector.incarnation || l.generation <= forged.generation {
+			return fmt.Errorf("the lease names %q, generation %d (forged: %d)", l.holder, l.generation, forged.generation)
+		}
+		if got := b.holds(); !slices.Equal(got, []string{cluster}) {
+			return fmt.Errorf("b holds %v", got)
+		}
+		return nil
+	})
+	if got := a.holds(); len(got) != 0 {
+		t.Fatalf("a holds %v", got)
+	}
+}
