@@ -105,3 +105,90 @@ func TestUpsertBulkMatchesSerial(t *testing.T) {
 		}
 	}
 }
+
+// TestRestoreLabelTableMatchesLabels restores clusters large enough for
+// the bulk path (three goroutines) from snapshots whose labels are in a
+// LabelTable, as the stream carries them, and from the same snapshots
+// with each row's labels in its own map: both indexes hold the same rows
+// and answer label selectors alike. The second round restores a newer
+// state over the first (rows whose labels change, rows that go), and a
+// snapshot with RBAC rows among the objects.
+func TestRestoreLabelTableMatchesLabels(t *testing.T) {
+	ctx := context.Background()
+	f := indextest.Fleet{Clusters: 2, Namespaces: 60, PerNamespace: 10, Seed: 5}
+	src := index.New(memtables.Open)
+	for c := range f.Clusters {
+		if err := f.ReplaceCluster(ctx, src, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	maps, table := index.New(memtables.Open), index.New(memtables.Open)
+	restore := func() {
+		t.Helper()
+		for c := range f.Clusters {
+			snap := src.SnapshotCluster(indextest.ClusterName(c))
+			if err := maps.RestoreCluster(ctx, snap); err != nil {
+				t.Fatal(err)
+			}
+			if err := table.RestoreCluster(ctx, index.WithLabelTable(snap)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	restore()
+	var next []index.Object
+	for i := range f.Size() {
+		switch i % 3 {
+		case 0:
+			next = append(next, f.Version(i, 8)) // version 8 also changes a label
+		case 1:
+			next = append(next, f.Object(i))
+		}
+	}
+	role := index.Object{
+		Cluster: indextest.ClusterName(0), Group: index.RBACGroup, Version: "v1", Kind: index.KindRole, Resource: "roles",
+		Namespace: "ns-1", Name: "r", Policy: &index.Policy{Rules: []index.PolicyRule{{Verbs: []string{"get"}, Resources: []string{"pods"}}}},
+	}
+	for c := range f.Clusters {
+		if err := src.RestoreCluster(ctx, index.ClusterSnapshot{Name: indextest.ClusterName(c)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := src.UpsertBatch(ctx, append(next, role)); err != nil {
+		t.Fatal(err)
+	}
+	restore()
+	for c := range f.Clusters {
+		name := indextest.ClusterName(c)
+		want, got := maps.SnapshotCluster(name), table.SnapshotCluster(name)
+		if len(want.Rows) != len(src.SnapshotCluster(name).Rows) {
+			t.Fatalf("%s: %d rows restored, the source has %d", name, len(want.Rows), len(src.SnapshotCluster(name).Rows))
+		}
+		if !reflect.DeepEqual(got, want) {
+			for i := range min(len(got.Rows), len(want.Rows)) {
+				if !reflect.DeepEqual(got.Rows[i], want.Rows[i]) {
+					t.Fatalf("%s: row %d from the table: %+v\nfrom the maps: %+v", name, i, got.Rows[i], want.Rows[i])
+				}
+			}
+			t.Fatalf("%s: %d rows from the table, %d from the maps", name, len(got.Rows), len(want.Rows))
+		}
+	}
+	all := &index.Access{All: true}
+	for _, sel := range []string{"app=v0", "app in (v1,v2)", "rev", "!rev", "k0", "app!=v0,k1"} {
+		q := index.Query{Filter: index.Filter{LabelSelector: sel}, Access: all, First: index.MaxPageSize}
+		pm, err := maps.Query(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pt, err := table.Query(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pm.TotalCount != pt.TotalCount || pm.TotalCount == 0 {
+			t.Fatalf("%q: %d rows from the table, %d from the maps", sel, pt.TotalCount, pm.TotalCount)
+		}
+	}
+	if got, want := table.DictionaryStats(), maps.DictionaryStats(); got != want {
+		t.Fatalf("dictionaries from the table %+v, from the maps %+v", got, want)
+	}
+}

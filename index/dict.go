@@ -493,7 +493,12 @@ func newLabelDict() *labelDict {
 
 // intern returns the pair id of key=value.
 func (d *labelDict) intern(key, value string) uint32 {
-	kid, vid := d.keys.intern(key), d.values.intern(value)
+	return d.internIDs(d.keys.intern(key), d.values.intern(value))
+}
+
+// internIDs returns the pair id of the key and value ids kid and vid,
+// which intern returned or will return for their strings.
+func (d *labelDict) internIDs(kid, vid uint32) uint32 {
 	pk := uint64(kid)<<32 | uint64(vid)
 	if id, ok := d.pairIDs[pk]; ok {
 		return id

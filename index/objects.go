@@ -3,6 +3,7 @@ package index
 import (
 	"context"
 	"fmt"
+	"slices"
 )
 
 // Store implements Sink.
@@ -87,7 +88,7 @@ func (s *Store) upsertBatch(ctx context.Context, at int64, rows []Object) error 
 	}
 	s.writeGrouped(at, func(w *writeTxn) {
 		if !hasPolicyRows(rows) {
-			if _, ok := w.upsertBulk(rows); ok {
+			if _, ok := w.upsertBulk(rows, nil); ok {
 				return
 			}
 		}
@@ -151,12 +152,12 @@ func (w *writeTxn) putObject(o *Object, old *objRow) {
 		ids = x.internLabels(buf[:0], o.Labels)
 	}
 	if r := w.putRow(o, old, ids); r != nil {
-		x.updateLabels(old, r)
+		x.updateLabels(old, r, x.maxRows())
 	}
 }
 
 // putRow is putObject with o's sorted label pair ids given, except that it
-// leaves the label index to the caller (x.updateLabels(old, r)). It
+// leaves the label index to the caller (x.updateLabels). It
 // returns the new row, or nil when o equals old. It does not read the
 // label dictionary.
 func (w *writeTxn) putRow(o *Object, old *objRow, ids []uint32) *objRow {
@@ -188,23 +189,79 @@ const (
 	bulkChunk = 64
 )
 
-// upsertBulk is upsertObject for each of many object rows, on two
-// goroutines. A new row's labels cost about half of its indexing (each
-// label is looked up in a pair map of about 1.7M entries at 1M objects, a
-// cache miss, and added to that pair's postings), and they touch nothing
-// but the label dictionary and postings. So a helper goroutine interns
-// every row's labels while this one looks up, builds and indexes the rows
-// a chunk behind it; then the helper indexes the labels while this one
-// adds the rows to the name order. It returns the stored row each row
-// replaced (nil for a new one). It reports false, having changed nothing,
-// for fewer than bulkMin rows and when two rows may share a key: it looks
-// up every stored row first, so rows must be independent. Rows must not
-// be policy rows.
-func (w *writeTxn) upsertBulk(rows []Object) (olds []*objRow, ok bool) {
+// rowLabels interns the labels of one write's rows: each row's own
+// Labels, or a LabelTable's strings and pairs, each the first time a row
+// of the write uses it (so that nothing is interned that no row of the
+// write carries: see recycler).
+type rowLabels struct {
+	rows  []Object
+	table *LabelTable
+	// By table pair, its pair id; by table string, its key and value ids:
+	// each plus one, once interned.
+	pids, kids, vids []uint32
+}
+
+func newRowLabels(rows []Object, table *LabelTable) *rowLabels {
+	l := &rowLabels{rows: rows, table: table}
+	if table != nil {
+		l.pids = make([]uint32, len(table.Pairs))
+		l.kids, l.vids = make([]uint32, len(table.Strings)), make([]uint32, len(table.Strings))
+	}
+	return l
+}
+
+// count returns how many labels row i has.
+func (l *rowLabels) count(i int) int {
+	if l.table == nil {
+		return len(l.rows[i].Labels)
+	}
+	return len(l.table.Row(i))
+}
+
+// intern appends the sorted pair ids of row i's labels to dst.
+func (l *rowLabels) intern(x *objIndex, dst []uint32, i int) []uint32 {
+	if l.table == nil {
+		return x.internLabels(dst, l.rows[i].Labels)
+	}
+	n := len(dst)
+	for _, ref := range l.table.Row(i) {
+		if l.pids[ref] == 0 {
+			p := l.table.Pairs[ref]
+			if l.kids[p.Key] == 0 {
+				l.kids[p.Key] = x.labels.keys.intern(l.table.Strings[p.Key]) + 1
+			}
+			if l.vids[p.Value] == 0 {
+				l.vids[p.Value] = x.labels.values.intern(l.table.Strings[p.Value]) + 1
+			}
+			l.pids[ref] = x.labels.internIDs(l.kids[p.Key]-1, l.vids[p.Value]-1) + 1
+		}
+		dst = append(dst, l.pids[ref]-1)
+	}
+	slices.Sort(dst[n:])
+	return dst
+}
+
+// upsertBulk is upsertObject for each of many object rows, whose labels
+// are their own or, when table is not nil, in table (see LabelTable), on
+// three goroutines. A new row's labels cost about half of its indexing
+// (each label is looked up in a pair map of about 1.7M entries at 1M
+// objects, a cache miss, and added to that pair's postings), and they
+// touch nothing but the label dictionary and postings. So a helper
+// goroutine interns every row's labels while this one looks up, builds
+// and indexes the rows a chunk behind it; once every label is interned
+// (the dictionary no longer changes), a second helper adds the rows this
+// one has stored to the postings of their labels, a chunk behind it, and
+// finishes while this one adds the rows to the name order. It returns the
+// stored row each row replaced (nil for a new one). It reports false,
+// having changed nothing, for fewer than bulkMin rows and when two rows
+// may share a key: it looks up every stored row first, so rows must be
+// independent. Rows must not be policy rows.
+func (w *writeTxn) upsertBulk(rows []Object, table *LabelTable) (olds []*objRow, ok bool) {
 	if len(rows) < bulkMin {
 		return nil, false
 	}
 	x := w.s.x
+	labels := newRowLabels(rows, table)
 	olds = make([]*objRow, len(rows))
 	seen := make(map[uint64]struct{}, len(rows))
 	nLabels := 0
@@ -219,25 +276,47 @@ func (w *writeTxn) upsertBulk(rows []Object) (olds []*objRow, ok bool) {
 		if rid, ok := x.byKey.getHashed(h, key, x.rows); ok {
 			olds[i] = x.rows[rid]
 		}
-		nLabels += len(rows[i].Labels)
+		nLabels += labels.count(i)
 	}
 	// ids[ends[i-1]:ends[i]] are the label pair ids of rows[i]; ready
-	// carries how many rows the helper has done.
+	// carries how many rows the helper has done, and interned is closed
+	// when it has done them all.
 	ids, ends := make([]uint32, nLabels), make([]int, len(rows))
 	ready := make(chan int, len(rows)/bulkChunk+1)
+	interned := make(chan struct{})
 	go func() {
+		defer close(interned)
 		var tmp [16]uint32
 		end := 0
 		for i := range rows {
-			end += copy(ids[end:], x.internLabels(tmp[:0], rows[i].Labels))
+			end += copy(ids[end:], labels.intern(x, tmp[:0], i))
 			ends[i] = end
 			if (i+1)%bulkChunk == 0 || i == len(rows)-1 {
 				ready <- i + 1
 			}
 		}
 	}()
+	// stored hands the second helper the changes so far, and the size
+	// of the row id space for them: x.rows is this goroutine's.
 	type change struct{ old, new *objRow }
-	var changes []change
+	type handoff struct {
+		changes []change
+		maxRows int
+	}
+	changes := make([]change, 0, len(rows)) // never grown: the helper reads it
+	stored := make(chan handoff, len(rows)/bulkChunk+2)
+	helped := make(chan struct{})
+	go func() {
+		defer close(helped)
+		<-interned
+		done := 0
+		for h := range stored {
+			for _, c := range h.changes[done:] {
+				x.updateLabels(c.old, c.new, h.maxRows)
+			}
+			done = len(h.changes)
+		}
+	}()
 	for i, done, start := 0, 0, 0; i < len(rows); i++ {
 		for done <= i {
 			done = <-ready
@@ -246,14 +325,11 @@ func (w *writeTxn) upsertBulk(rows []Object) (olds []*objRow, ok bool) {
 			changes = append(changes, change{olds[i], r})
 		}
 		start = ends[i]
-	}
-	helped := make(chan struct{})
-	go func() {
-		defer close(helped)
-		for _, c := range changes {
-			x.updateLabels(c.old, c.new)
+		if (i+1)%bulkChunk == 0 || i == len(rows)-1 {
+			stored <- handoff{changes, x.maxRows()}
 		}
-	}()
+	}
+	close(stored)
 	x.byName.flush()
 	<-helped
 	return olds, true
@@ -281,16 +357,17 @@ func (w *writeTxn) replaceObjects(cluster string, kind Kind, rows []Object) {
 			})
 		}
 	}
-	w.setObjects(stale, rows)
+	w.setObjects(stale, rows, nil)
 }
 
 // setObjects writes rows, which must be object rows, and deletes the rows
 // of stale (row ids) that rows do not name: the stored rows of a scope
 // become rows.
-func (w *writeTxn) setObjects(stale map[uint32]struct{}, rows []Object) {
+func (w *writeTxn) setObjects(stale map[uint32]struct{}, rows []Object, table *LabelTable) {
 	x := w.s.x
-	olds, ok := w.upsertBulk(rows)
+	olds, ok := w.upsertBulk(rows, table)
 	if !ok {
+		labels := newRowLabels(rows, table)
 		// Later duplicates of a key win, as they would in a sequence of
 		// Upserts.
 		last := make(map[Key]int, len(rows))
@@ -304,7 +381,14 @@ func (w *writeTxn) setObjects(stale map[uint32]struct{}, rows []Object) {
 			}
 			var buf [256]byte
 			olds[i] = x.lookup(appendObjectKey(buf[:0], rows[i].Key()))
-			w.putObject(&rows[i], olds[i])
+			if table == nil {
+				w.putObject(&rows[i], olds[i])
+				continue
+			}
+			var ids [16]uint32
+			if r := w.putRow(&rows[i], olds[i], labels.intern(x, ids[:0], i)); r != nil {
+				x.updateLabels(olds[i], r, x.maxRows())
+			}
 		}
 	}
 	for _, old := range olds {

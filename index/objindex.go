@@ -270,15 +270,17 @@ func (x *objIndex) byKindOf(ca *clusterAgg, kid uint32) *postings {
 }
 
 // updateLabels indexes the labels of r, which replaced old (nil for a new
-// row). It touches only the label dictionary's postings and keyPost, so it
-// may run beside changes to everything else (see upsertBulk).
-func (x *objIndex) updateLabels(old, r *objRow) {
+// row); maxRows is the size of the row id space (x.maxRows()). It touches
+// only the label dictionary's postings and keyPost, so it may run beside
+// changes to everything else (see upsertBulk), which is why it does not
+// read x.rows for maxRows.
+func (x *objIndex) updateLabels(old, r *objRow, maxRows int) {
 	switch {
 	case old == nil:
-		x.addLabels(r)
+		x.addLabels(r, maxRows)
 	case old.labelBytes() != r.labelBytes():
 		x.removeLabels(old) // old.rid is r.rid
-		x.addLabels(r)
+		x.addLabels(r, maxRows)
 	}
 }
 
@@ -329,8 +331,8 @@ func (x *objIndex) addCounts(r *objRow, ca *clusterAgg, na *nsAgg, d int32) {
 	}
 }
 
-func (x *objIndex) addLabels(r *objRow) {
-	rid, n := r.rid, x.maxRows()
+func (x *objIndex) addLabels(r *objRow, n int) {
+	rid := r.rid
 	for i := range r.numLabels() {
 		pid := r.label(i)
 		lp := x.labels.pairs.at(pid)

@@ -27,6 +27,90 @@ type ClusterSnapshot struct {
 	// rows carry the UpdatedAt the index stamped; RBAC rows carry their
 	// identity and Policy only, which is all the index keeps of them.
 	Rows []Object
+	// Labels, when not nil, holds the labels of Rows, which then have no
+	// Labels of their own: each distinct label once, and each row's as
+	// indexes into it. SnapshotCluster leaves it nil; a snapshot read
+	// from the stream (replication) has one.
+	Labels *LabelTable
+}
+
+// LabelTable holds the labels of many rows with each distinct string and
+// each distinct key=value pair once. The stream carries snapshots so, and
+// RestoreCluster interns each string and each pair of the table once
+// instead of once for every row that carries it: at 1M objects, interning
+// labels row by row was the longest step of a new query replica's warm
+// start.
+type LabelTable struct {
+	// Strings are the label keys and values.
+	Strings []string
+	// Pairs are the distinct labels, as indexes into Strings.
+	Pairs []LabelPair
+	// Refs index Pairs: row i's labels are Refs[Ends[i-1]:Ends[i]] (from
+	// 0 for the first row).
+	Refs []uint32
+	Ends []uint32
+}
+
+// LabelPair is one key=value label of a LabelTable: the indexes of its
+// key and value in the table's Strings.
+type LabelPair struct{ Key, Value uint32 }
+
+// Row returns the indexes into t.Pairs of row i's labels.
+func (t *LabelTable) Row(i int) []uint32 {
+	start := uint32(0)
+	if i > 0 {
+		start = t.Ends[i-1]
+	}
+	return t.Refs[start:t.Ends[i]]
+}
+
+// Map returns row i's labels as Object.Labels holds them (nil for none).
+func (t *LabelTable) Map(i int) map[string]string {
+	refs := t.Row(i)
+	if len(refs) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(refs))
+	for _, r := range refs {
+		m[t.Strings[t.Pairs[r].Key]] = t.Strings[t.Pairs[r].Value]
+	}
+	return m
+}
+
+// validate checks that t holds the labels of rows: valid indexes, one
+// span of them per row, no key twice in a row, and no row with Labels of
+// its own.
+func (t *LabelTable) validate(rows []Object) error {
+	for i, p := range t.Pairs {
+		if int(p.Key) >= len(t.Strings) || int(p.Value) >= len(t.Strings) {
+			return fmt.Errorf("%w: label pair %d of a table of %d strings names string %d or %d", ErrInvalidRow, i, len(t.Strings), p.Key, p.Value)
+		}
+	}
+	if len(t.Ends) != len(rows) {
+		return fmt.Errorf("%w: a label table for %d rows, with %d rows", ErrInvalidRow, len(t.Ends), len(rows))
+	}
+	start := uint32(0)
+	for i, end := range t.Ends {
+		if end < start || int(end) > len(t.Refs) {
+			return fmt.Errorf("%w: %s: labels %d to %d of a label table of %d", ErrInvalidRow, rows[i].Key(), start, end, len(t.Refs))
+		}
+		if rows[i].Labels != nil {
+			return fmt.Errorf("%w: %s: labels of its own beside a label table", ErrInvalidRow, rows[i].Key())
+		}
+		refs := t.Refs[start:end]
+		for j, r := range refs {
+			if int(r) >= len(t.Pairs) {
+				return fmt.Errorf("%w: %s: label %d of a table of %d", ErrInvalidRow, rows[i].Key(), r, len(t.Pairs))
+			}
+			for _, q := range refs[:j] {
+				if k := t.Strings[t.Pairs[r].Key]; t.Strings[t.Pairs[q].Key] == k {
+					return fmt.Errorf("%w: %s: label %q twice", ErrInvalidRow, rows[i].Key(), k)
+				}
+			}
+		}
+		start = end
+	}
+	return nil
 }
 
 // KindState is what the index recorded about one kind of a cluster.
@@ -139,6 +223,11 @@ func (s *Store) RestoreCluster(ctx context.Context, snap ClusterSnapshot) error 
 		}
 		kinds[gk] = &kindRow{Cluster: name, Kind: k.Kind, Present: k.Present, Err: k.Error, ErrAt: unixNano(k.ErrorSince)}
 	}
+	if snap.Labels != nil {
+		if err := snap.Labels.validate(snap.Rows); err != nil {
+			return fmt.Errorf("index: restore cluster %q: %w", name, err)
+		}
+	}
 	policies := map[string][]Object{}
 	for i := range snap.Rows {
 		o := &snap.Rows[i]
@@ -159,12 +248,20 @@ func (s *Store) RestoreCluster(ctx context.Context, snap ClusterSnapshot) error 
 	// The object rows are read, never written: without RBAC rows they
 	// are snap.Rows itself, which saves copying every row (about 300
 	// bytes each) of a large cluster.
-	objects := snap.Rows
+	objects, labels := snap.Rows, snap.Labels
 	if len(policies) > 0 {
 		objects = make([]Object, 0, len(snap.Rows))
+		if snap.Labels != nil {
+			labels = &LabelTable{Strings: snap.Labels.Strings, Pairs: snap.Labels.Pairs, Ends: make([]uint32, 0, len(snap.Rows))}
+		}
 		for i := range snap.Rows {
-			if !IsPolicyKind(snap.Rows[i].Group, snap.Rows[i].Kind) {
-				objects = append(objects, snap.Rows[i])
+			if IsPolicyKind(snap.Rows[i].Group, snap.Rows[i].Kind) {
+				continue
+			}
+			objects = append(objects, snap.Rows[i])
+			if labels != nil {
+				labels.Refs = append(labels.Refs, snap.Labels.Row(i)...)
+				labels.Ends = append(labels.Ends, uint32(len(labels.Refs)))
 			}
 		}
 	}
@@ -178,7 +275,7 @@ func (s *Store) RestoreCluster(ctx context.Context, snap ClusterSnapshot) error 
 				return true
 			})
 		}
-		w.setObjects(stale, objects)
+		w.setObjects(stale, objects, labels)
 		for _, kind := range []string{KindRole, KindClusterRole, KindRoleBinding, KindClusterRoleBinding} {
 			must(w.replacePolicy(name, kind, policies[kind])) // validated above
 		}

@@ -2,7 +2,9 @@ package index
 
 import (
 	"errors"
+	"maps"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
@@ -48,7 +50,54 @@ func buildCluster(t *testing.T, s Sink, clk *fakeClock, name string) {
 	mustNoErr(t, s.ReportKindError(ctxb, name, hrKind, errors.New("no matches for kind")))
 }
 
+// WithLabelTable returns snap with its rows' labels in a LabelTable, as
+// the stream carries a snapshot (replication): each distinct label once,
+// in the order rows first use it.
+func WithLabelTable(snap ClusterSnapshot) ClusterSnapshot {
+	t := &LabelTable{}
+	strs, refs := map[string]uint32{}, map[LabelPair]uint32{}
+	str := func(s string) uint32 {
+		i, ok := strs[s]
+		if !ok {
+			i = uint32(len(t.Strings))
+			strs[s] = i
+			t.Strings = append(t.Strings, s)
+		}
+		return i
+	}
+	rows := slices.Clone(snap.Rows)
+	for i := range rows {
+		for _, k := range slices.Sorted(maps.Keys(rows[i].Labels)) {
+			l := LabelPair{Key: str(k), Value: str(rows[i].Labels[k])}
+			ref, ok := refs[l]
+			if !ok {
+				ref = uint32(len(t.Pairs))
+				refs[l] = ref
+				t.Pairs = append(t.Pairs, l)
+			}
+			t.Refs = append(t.Refs, ref)
+		}
+		t.Ends = append(t.Ends, uint32(len(t.Refs)))
+		rows[i].Labels = nil
+	}
+	snap.Rows, snap.Labels = rows, t
+	return snap
+}
+
+// snapshotForms are the two ways a snapshot can carry its rows' labels;
+// a restore from either must give the same index.
+var snapshotForms = map[string]func(ClusterSnapshot) ClusterSnapshot{
+	"labels of each row": func(s ClusterSnapshot) ClusterSnapshot { return s },
+	"label table":        WithLabelTable,
+}
+
 func TestSnapshotRestoreRoundTrip(t *testing.T) {
+	for form, conv := range snapshotForms {
+		t.Run(form, func(t *testing.T) { testSnapshotRestoreRoundTrip(t, conv) })
+	}
+}
+
+func testSnapshotRestoreRoundTrip(t *testing.T, conv func(ClusterSnapshot) ClusterSnapshot) {
 	src, clk := newTestStore(t)
 	buildCluster(t, src, clk, "c1")
 	buildCluster(t, src, clk, "c2")
@@ -69,9 +118,12 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 	// another time.
 	dst, dclk := newTestStore(t)
 	dclk.Advance(time.Hour)
-	mustNoErr(t, dst.RestoreCluster(ctxb, snap))
+	mustNoErr(t, dst.RestoreCluster(ctxb, conv(snap)))
 	if got := dst.SnapshotCluster("c1"); !reflect.DeepEqual(got, snap) {
 		t.Fatalf("restored snapshot differs:\n got %+v\nwant %+v", got, snap)
+	}
+	if p, _ := dst.Query(ctxb, Query{Access: &Access{All: true}, Filter: Filter{LabelSelector: "app=db,tier=x"}}); p.TotalCount != 1 {
+		t.Fatalf("restored index answers %d objects labelled app=db,tier=x, want 1", p.TotalCount)
 	}
 	if p, _ := dst.Query(ctxb, Query{Access: &Access{All: true}}); p.TotalCount != 4 {
 		t.Fatalf("restored index answers %d objects, want 4", p.TotalCount)
@@ -88,8 +140,8 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 
 	// Restoring the state an index has already publishes nothing.
 	seq, rev := dst.LastSeq(), dst.PolicyRevision("c1")
-	mustNoErr(t, dst.RestoreCluster(ctxb, snap))
-	mustNoErr(t, src.RestoreCluster(ctxb, snap))
+	mustNoErr(t, dst.RestoreCluster(ctxb, conv(snap)))
+	mustNoErr(t, src.RestoreCluster(ctxb, conv(snap)))
 	if dst.LastSeq() != seq || dst.PolicyRevision("c1") != rev {
 		t.Fatalf("restoring the same state published events: seq %d -> %d", seq, dst.LastSeq())
 	}
@@ -99,6 +151,12 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 }
 
 func TestRestoreOverOtherState(t *testing.T) {
+	for form, conv := range snapshotForms {
+		t.Run(form, func(t *testing.T) { testRestoreOverOtherState(t, conv) })
+	}
+}
+
+func testRestoreOverOtherState(t *testing.T, conv func(ClusterSnapshot) ClusterSnapshot) {
 	src, clk := newTestStore(t)
 	buildCluster(t, src, clk, "c1")
 	snap := src.SnapshotCluster("c1")
@@ -117,7 +175,7 @@ func TestRestoreOverOtherState(t *testing.T) {
 	mustNoErr(t, dst.Upsert(ctxb, pod("other", "a", "keep", StatusHealthy, nil)))
 	seq := dst.LastSeq()
 
-	mustNoErr(t, dst.RestoreCluster(ctxb, snap))
+	mustNoErr(t, dst.RestoreCluster(ctxb, conv(snap)))
 	if got := dst.SnapshotCluster("c1"); !reflect.DeepEqual(got, snap) {
 		t.Fatalf("restored snapshot differs:\n got %+v\nwant %+v", got, snap)
 	}
@@ -151,7 +209,27 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 	before := s.SnapshotCluster("c1")
 	seq := s.LastSeq()
 	good := before
+	table := WithLabelTable(before)
+	withTable := func(fn func(l *LabelTable)) ClusterSnapshot {
+		s := table
+		l := *table.Labels
+		l.Refs, l.Ends = slices.Clone(l.Refs), slices.Clone(l.Ends)
+		fn(&l)
+		s.Labels = &l
+		return s
+	}
 	cases := map[string]ClusterSnapshot{
+		"table of fewer rows": withTable(func(l *LabelTable) { l.Ends = l.Ends[1:] }),
+		"label not in table":  withTable(func(l *LabelTable) { l.Refs[0] = uint32(len(l.Pairs)) }),
+		"table ends back":     withTable(func(l *LabelTable) { l.Ends[0] = l.Ends[len(l.Ends)-1] }),
+		"table key twice": withTable(func(l *LabelTable) {
+			l.Pairs = append(l.Pairs, LabelPair{Key: l.Pairs[0].Key})
+			l.Refs[2] = uint32(len(l.Pairs) - 1)
+		}),
+		"string not in table": withTable(func(l *LabelTable) {
+			l.Pairs = append(slices.Clone(l.Pairs[1:]), LabelPair{Value: uint32(len(l.Strings))})
+		}),
+		"labels and table":  {Name: "c1", Rows: good.Rows, Labels: table.Labels},
 		"no name":           {},
 		"row of another":    {Name: "c1", Rows: []Object{pod("c2", "a", "x", StatusHealthy, nil)}},
 		"cluster row other": {Name: "c1", Cluster: &Cluster{Name: "c2"}},

@@ -16,7 +16,7 @@ import (
 
 // The stream's encoding. A message on a cluster's subject is
 //
-//	byte 0    formatVersion
+//	byte 0    its format version: formatV1 or formatV2
 //	byte 1    compression: compressNone or compressZstd
 //	the rest  an envelope in the protocol buffers wire format, compressed
 //
@@ -25,14 +25,29 @@ import (
 // whether it is part of a snapshot, and carries operations: the index.Sink
 // calls the owner's index applied, each with the time it applied it. Field
 // numbers are below; readers skip fields they do not know, so fields can be
-// added without a new formatVersion, and a message of another version is
-// refused with an error that names both.
+// added without a new version, and a message of a version the reader does
+// not know is refused with an error that names both.
+//
+// Format 2 adds label tables to snapshots: a part of a snapshot carries
+// the label keys and values of its rows once (opFieldLabelStr), its
+// distinct key=value pairs as pairs of indexes into them
+// (opFieldLabelPair), and each row its labels as indexes into the pairs
+// (rowLabelRef) instead of as strings (rowLabel). A new replica then
+// decodes and interns each distinct label of a cluster once rather than
+// once per row that carries it (index.LabelTable). A reader of format 1
+// would skip those fields and lose the labels, hence the new version; a
+// message that needs no table (every operation but snapshots) is still
+// written as format 1, and this fleetgraph reads both.
 //
 // There is no .proto file and no generated code: the messages are small
 // and fixed, and protowire (google.golang.org/protobuf, already a
 // dependency of client-go) reads and writes the format directly.
 const (
-	formatVersion = 1
+	formatV1 = 1
+	formatV2 = 2
+	// formatVersion is the newest format: what snapshots are written in
+	// and the highest version this fleetgraph reads.
+	formatVersion = formatV2
 
 	compressNone = 0
 	compressZstd = 1
@@ -68,6 +83,9 @@ const (
 	opFieldError   = 7 // string (ReportKindError)
 	opFieldCluster = 8 // cluster row (UpsertCluster, snapshot)
 	opFieldKindSt  = 9 // kind state, repeated (snapshot)
+	// Format 2, snapshots only: the part's label table.
+	opFieldLabelStr  = 10 // string, repeated: label keys and values, each once
+	opFieldLabelPair = 11 // packed varints, repeated: key and value of each pair, indexes into the strings
 )
 
 // opType is an index.Sink call, or a snapshot.
@@ -117,6 +135,9 @@ type op struct {
 	err     string            // ReportKindError
 	cluster *index.Cluster    // UpsertCluster, snapshot (first part)
 	kinds   []index.KindState // snapshot (first part)
+	// labels, when not nil, holds the labels of rows, which then have none
+	// of their own (a snapshot read from format 2, or restored from one).
+	labels *index.LabelTable
 }
 
 // envelope is one decoded message.
@@ -150,6 +171,7 @@ const (
 	rowMessage   = 14
 	rowSummary   = 15
 	rowPolicy    = 16 // JSON of index.Policy: RBAC rows are few and small
+	rowLabelRef  = 17 // packed varints: the labels as indexes into the part's pairs (format 2, snapshots)
 )
 
 // Cluster-row fields.
@@ -185,13 +207,14 @@ func newEncoder() *encoder {
 // minCompress is the envelope size from which messages are compressed.
 const minCompress = 512
 
-// seal compresses an encoded envelope and adds the header bytes.
-func (e *encoder) seal(env []byte) []byte {
+// seal compresses an encoded envelope of format version and adds the
+// header bytes.
+func (e *encoder) seal(version byte, env []byte) []byte {
 	if len(env) < minCompress {
-		return append([]byte{formatVersion, compressNone}, env...)
+		return append([]byte{version, compressNone}, env...)
 	}
 	out := make([]byte, 2, 2+len(env)/3)
-	out[0], out[1] = formatVersion, compressZstd
+	out[0], out[1] = version, compressZstd
 	return e.zw.EncodeAll(env, out)
 }
 
@@ -241,9 +264,14 @@ func appendOpHead(b []byte, o *op) []byte {
 	return b
 }
 
+// label is one key=value label.
+type label struct{ key, value string }
+
 // appendRow encodes one row (field rowX numbers) without its cluster,
-// which the envelope names.
-func appendRow(b []byte, o *index.Object) []byte {
+// which the envelope names. Its labels are labels (sorted by key): as
+// strings, or with tab, as indexes into tab, which gains the ones it
+// lacks.
+func appendRow(b []byte, o *index.Object, labels []label, tab *labelTable) []byte {
 	b = appendString(b, rowNamespace, o.Namespace)
 	b = appendString(b, rowGroup, o.Group)
 	b = appendString(b, rowVersion, o.Version)
@@ -251,10 +279,20 @@ func appendRow(b []byte, o *index.Object) []byte {
 	b = appendString(b, rowResource, o.Resource)
 	b = appendString(b, rowName, o.Name)
 	b = appendString(b, rowUID, o.UID)
-	for _, k := range slices.Sorted(maps.Keys(o.Labels)) {
-		b = appendSub(b, rowLabel, func(b []byte) []byte {
-			b = appendString(b, 1, k)
-			return appendString(b, 2, o.Labels[k])
+	switch {
+	case tab == nil:
+		for _, l := range labels {
+			b = appendSub(b, rowLabel, func(b []byte) []byte {
+				b = appendString(b, 1, l.key)
+				return appendString(b, 2, l.value)
+			})
+		}
+	case len(labels) > 0:
+		b = appendSub(b, rowLabelRef, func(b []byte) []byte {
+			for _, l := range labels {
+				b = protowire.AppendVarint(b, uint64(tab.pair(l)))
+			}
+			return b
 		})
 	}
 	for _, r := range o.OwnerRefs {
@@ -368,6 +406,7 @@ type decoder struct {
 	zr     *zstd.Decoder
 	buf    []byte
 	intern map[string]string
+	refs   []uint64 // scratch for a row's label references
 }
 
 // maxDecoded bounds the size of a decompressed message, so that a small
@@ -403,8 +442,8 @@ func (d *decoder) decode(msg []byte) (*envelope, error) {
 	if len(msg) < 2 {
 		return nil, fmt.Errorf("%w: %d bytes", errDecode, len(msg))
 	}
-	if msg[0] != formatVersion {
-		return nil, fmt.Errorf("%w: format version %d; this fleetgraph reads version %d (upgrade it to read this stream)", errDecode, msg[0], formatVersion)
+	if msg[0] != formatV1 && msg[0] != formatV2 {
+		return nil, fmt.Errorf("%w: format version %d; this fleetgraph reads versions 1 to %d (upgrade it to read this stream)", errDecode, msg[0], formatVersion)
 	}
 	body := msg[2:]
 	switch msg[1] {
@@ -461,8 +500,16 @@ func (d *decoder) op(b []byte, cluster string) (op, error) {
 		return op{}, fmt.Errorf("%w: an operation before the cluster", errDecode)
 	}
 	var o op
-	if n := countRows(b); n > 0 {
+	n, tab, err := d.table(b)
+	if err != nil {
+		return op{}, err
+	}
+	if n > 0 {
 		o.rows = make([]index.Object, 0, n)
+	}
+	if tab != nil {
+		o.labels = tab
+		tab.Ends = make([]uint32, 0, n)
 	}
 	r := reader{b: b}
 	for r.next() {
@@ -474,9 +521,12 @@ func (d *decoder) op(b []byte, cluster string) (op, error) {
 		case opFieldKind:
 			o.kind = d.kind(&r, r.bytes())
 		case opFieldRow:
-			row := d.row(&r, r.bytes())
+			row := d.row(&r, r.bytes(), tab)
 			row.Cluster = cluster
 			o.rows = append(o.rows, row)
+			if tab != nil {
+				tab.Ends = append(tab.Ends, uint32(len(tab.Refs)))
+			}
 		case opFieldMore:
 			o.more = r.varint() != 0
 		case opFieldKey:
@@ -530,21 +580,79 @@ func (d *decoder) op(b []byte, cluster string) (op, error) {
 	if o.typ < opReplace || o.typ > opSnapshot {
 		return op{}, fmt.Errorf("%w: unknown operation %d", errDecode, o.typ)
 	}
+	if tab != nil && o.typ != opSnapshot {
+		return op{}, fmt.Errorf("%w: a label table in a %s operation", errDecode, o.typ)
+	}
 	return o, nil
 }
 
-// countRows returns how many rows an operation's encoding holds, so that
-// decoding allocates its rows once (a snapshot part holds thousands of
-// rows of about 300 bytes each): a walk over its fields that skips their
-// values, a few nanoseconds a row. Malformed input is left to op.
-func countRows(b []byte) int {
-	n := 0
+// table reads an operation's label table (nil when it has none), which
+// its rows refer to wherever it is in the encoding, and counts its rows,
+// so that decoding allocates them once (a snapshot part holds thousands
+// of rows of about 300 bytes each): a walk over the fields that skips the
+// rest, a few nanoseconds a row.
+func (d *decoder) table(b []byte) (rows int, tab *index.LabelTable, err error) {
+	var strs []string
+	var pairs [][]byte // packed varints
+	nums := 0
 	r := reader{b: b}
 	for r.next() {
-		if r.num == opFieldRow {
+		switch r.num {
+		case opFieldRow:
+			rows++
+			r.skip()
+		case opFieldLabelStr:
+			strs = append(strs, r.str(d))
+		case opFieldLabelPair:
+			p := r.bytes()
+			pairs = append(pairs, p)
+			nums += countVarints(p)
+		default:
+			r.skip()
+		}
+	}
+	if r.err != nil {
+		return 0, nil, r.err
+	}
+	if strs == nil && pairs == nil {
+		return rows, nil, nil
+	}
+	if nums%2 != 0 {
+		return 0, nil, fmt.Errorf("%w: a label pair without its value", errDecode)
+	}
+	tab = &index.LabelTable{Strings: strs, Pairs: make([]index.LabelPair, 0, nums/2)}
+	var kv [2]uint32
+	n := 0
+	for _, p := range pairs {
+		for len(p) > 0 {
+			v, l := protowire.ConsumeVarint(p)
+			if l < 0 {
+				return 0, nil, fmt.Errorf("%w: %w", errDecode, protowire.ParseError(l))
+			}
+			if v >= uint64(len(strs)) {
+				return 0, nil, fmt.Errorf("%w: label pair %d names string %d of %d", errDecode, len(tab.Pairs), v, len(strs))
+			}
+			p = p[l:]
+			kv[n] = uint32(v)
+			if n++; n == 2 {
+				tab.Pairs = append(tab.Pairs, index.LabelPair{Key: kv[0], Value: kv[1]})
+				n = 0
+			}
+		}
+	}
+	// About as many labels as pairs: they barely repeat within a cluster.
+	tab.Refs = make([]uint32, 0, len(tab.Pairs)+len(tab.Pairs)/4)
+	return rows, tab, nil
+}
+
+// countVarints returns how many varints b holds: its bytes without the
+// continuation bit.
+func countVarints(b []byte) int {
+	n := 0
+	for _, c := range b {
+		if c < 0x80 {
 			n++
 		}
-		r.skip()
 	}
 	return n
 }
@@ -572,7 +680,9 @@ func (d *decoder) kind(parent *reader, b []byte) index.Kind {
 	return k
 }
 
-func (d *decoder) row(parent *reader, b []byte) index.Object {
+// row reads one row; its label references go to tab (the operation's
+// label table, nil for none).
+func (d *decoder) row(parent *reader, b []byte, tab *index.LabelTable) index.Object {
 	var o index.Object
 	r := reader{b: b}
 	for r.next() {
@@ -597,6 +707,19 @@ func (d *decoder) row(parent *reader, b []byte) index.Object {
 				o.Labels = map[string]string{}
 			}
 			o.Labels[k] = v
+		case rowLabelRef:
+			if tab == nil {
+				r.fail(fmt.Errorf("%w: label references without a label table", errDecode))
+				break
+			}
+			d.refs = r.varints(d.refs[:0])
+			for _, ref := range d.refs {
+				if ref >= uint64(len(tab.Pairs)) {
+					r.fail(fmt.Errorf("%w: label %d of a table of %d", errDecode, ref, len(tab.Pairs)))
+					break
+				}
+				tab.Refs = append(tab.Refs, uint32(ref))
+			}
 		case rowOwner:
 			k, v := d.pair(&r, r.bytes())
 			o.OwnerRefs = append(o.OwnerRefs, index.OwnerRef{Kind: k, Name: v})
@@ -745,6 +868,21 @@ func (r *reader) bytes() []byte {
 	return v
 }
 
+// varints appends the packed varints of a bytes field to dst.
+func (r *reader) varints(dst []uint64) []uint64 {
+	b := r.bytes()
+	for len(b) > 0 {
+		v, n := protowire.ConsumeVarint(b)
+		if n < 0 {
+			r.fail(fmt.Errorf("%w: %w", errDecode, protowire.ParseError(n)))
+			return dst
+		}
+		dst = append(dst, v)
+		b = b[n:]
+	}
+	return dst
+}
+
 func (r *reader) str(d *decoder) string {
 	b := r.bytes()
 	if r.err != nil {
@@ -768,5 +906,86 @@ func (e *encoder) message(head envelope, p *pending) []byte {
 	head.flags = p.flags
 	e.scratch = appendEnvelopeHead(e.scratch[:0], &head)
 	e.scratch = append(e.scratch, p.ops...)
-	return e.seal(e.scratch)
+	return e.seal(p.version(), e.scratch)
+}
+
+// labelTable builds the label table of one snapshot part (format 2):
+// each distinct label string and key=value pair once, numbered in the
+// order rows first use them. The part's rows are added one at a time and
+// the last may not fit the message: mark and rollback undo one row.
+type labelTable struct {
+	strs  map[string]uint32
+	pairs map[[2]uint32]uint32
+	// strsEnc and pairsEnc are the encoded fields: opFieldLabelStr
+	// fields, and the packed varints of opFieldLabelPair.
+	strsEnc, pairsEnc []byte
+	// newStrs and newPairs are what the table gained since mark.
+	newStrs  []string
+	newPairs [][2]uint32
+}
+
+func newLabelTable() *labelTable {
+	return &labelTable{strs: map[string]uint32{}, pairs: map[[2]uint32]uint32{}}
+}
+
+// tableMark is a labelTable's size at a mark.
+type tableMark struct{ strs, pairs int }
+
+// mark starts a row; rollback removes what the table gained since.
+func (t *labelTable) mark() tableMark {
+	t.newStrs, t.newPairs = t.newStrs[:0], t.newPairs[:0]
+	return tableMark{len(t.strsEnc), len(t.pairsEnc)}
+}
+
+func (t *labelTable) rollback(m tableMark) {
+	for _, s := range t.newStrs {
+		delete(t.strs, s)
+	}
+	for _, p := range t.newPairs {
+		delete(t.pairs, p)
+	}
+	t.strsEnc, t.pairsEnc = t.strsEnc[:m.strs], t.pairsEnc[:m.pairs]
+}
+
+// size returns what the table adds to its part, at most.
+func (t *labelTable) size() int {
+	if t == nil {
+		return 0
+	}
+	return len(t.strsEnc) + len(t.pairsEnc) + 2*binaryMaxVarint
+}
+
+// pair returns the index of l, adding it if new.
+func (t *labelTable) pair(l label) uint32 {
+	p := [2]uint32{t.str(l.key), t.str(l.value)}
+	id, ok := t.pairs[p]
+	if !ok {
+		id = uint32(len(t.pairs))
+		t.pairs[p] = id
+		t.newPairs = append(t.newPairs, p)
+		t.pairsEnc = protowire.AppendVarint(protowire.AppendVarint(t.pairsEnc, uint64(p[0])), uint64(p[1]))
+	}
+	return id
+}
+
+func (t *labelTable) str(s string) uint32 {
+	id, ok := t.strs[s]
+	if !ok {
+		id = uint32(len(t.strs))
+		t.strs[s] = id
+		t.newStrs = append(t.newStrs, s)
+		t.strsEnc = protowire.AppendTag(t.strsEnc, opFieldLabelStr, protowire.BytesType)
+		t.strsEnc = protowire.AppendString(t.strsEnc, s)
+	}
+	return id
+}
+
+// appendTo writes the table's fields.
+func (t *labelTable) appendTo(b []byte) []byte {
+	if t == nil || len(t.pairs) == 0 {
+		return b
+	}
+	b = append(b, t.strsEnc...)
+	b = protowire.AppendTag(b, opFieldLabelPair, protowire.BytesType)
+	return protowire.AppendBytes(b, t.pairsEnc)
 }

@@ -91,6 +91,14 @@ func roundTrip(t *testing.T, ops []op, snapshot *op, budget int) ([]op, []*envel
 		}
 		envs = append(envs, env)
 		for _, o := range env.ops {
+			if o.typ == opSnapshot && o.labels != nil {
+				// Each row's labels as the table gives them: the
+				// comparison with the rows encoded checks every one.
+				for i := range o.rows {
+					o.rows[i].Labels = o.labels.Map(i)
+				}
+				o.labels = nil
+			}
 			if part != nil {
 				if o.typ != part.typ {
 					t.Fatalf("a %s part follows an unfinished %s", o.typ, part.typ)
@@ -156,6 +164,74 @@ func TestCodecRoundTrip(t *testing.T) {
 	}
 }
 
+// TestSnapshotFormatsRestore encodes a cluster's snapshot in format 1
+// (each row's labels) and format 2 (label tables), in one message and in
+// many, as an owner publishes it; decodes and assembles it as a replica
+// does (appendSnapshotRows); and restores it into an empty index, which
+// must then hold exactly the source's rows: none dropped, none with
+// another row's labels.
+func TestSnapshotFormatsRestore(t *testing.T) {
+	ctx := context.Background()
+	f := indextest.Fleet{Clusters: 1, Namespaces: 60, PerNamespace: 10, Seed: 7}
+	src := index.New(memtables.Open)
+	if err := f.ReplaceCluster(ctx, src, 0); err != nil {
+		t.Fatal(err)
+	}
+	name := indextest.ClusterName(0)
+	want := src.SnapshotCluster(name)
+	for _, format := range []byte{formatV1, formatV2} {
+		for _, budget := range []int{1 << 20, 16 << 10} {
+			t.Run(fmt.Sprintf("format %d budget %d", format, budget), func(t *testing.T) {
+				c := newChunker(budget)
+				c.noTables = format == formatV1
+				c.addSnapshot(&op{typ: opSnapshot, cluster: want.Cluster, kinds: want.Kinds, rows: want.Rows}, false)
+				enc, dec := newEncoder(), newDecoder()
+				asm := &index.ClusterSnapshot{Name: name}
+				msgs := c.messages()
+				for _, p := range msgs {
+					msg := enc.message(envelope{cluster: name, epoch: 1, owner: "o"}, &p)
+					if msg[0] != format {
+						t.Fatalf("a snapshot message of format %d, want %d", msg[0], format)
+					}
+					env, err := dec.decode(msg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, o := range env.ops {
+						if (o.labels != nil) != (format == formatV2) {
+							t.Fatalf("format %d decoded with label table %v", format, o.labels != nil)
+						}
+						if o.cluster != nil {
+							asm.Cluster = o.cluster
+						}
+						asm.Kinds = append(asm.Kinds, o.kinds...)
+						appendSnapshotRows(asm, &o)
+					}
+				}
+				if budget < 1<<20 && len(msgs) < 5 {
+					t.Fatalf("a %d-byte budget made only %d messages", budget, len(msgs))
+				}
+				dst := index.New(memtables.Open)
+				if err := dst.RestoreCluster(ctx, *asm); err != nil {
+					t.Fatal(err)
+				}
+				got := dst.SnapshotCluster(name)
+				if len(got.Rows) != len(want.Rows) {
+					t.Fatalf("%d rows restored, want %d", len(got.Rows), len(want.Rows))
+				}
+				for i := range want.Rows {
+					if !reflect.DeepEqual(got.Rows[i], want.Rows[i]) {
+						t.Fatalf("row %d restored as\n%+v\nwant\n%+v", i, got.Rows[i], want.Rows[i])
+					}
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("restored cluster differs:\n got %+v\nwant %+v", got, want)
+				}
+			})
+		}
+	}
+}
+
 // TestCodecSize keeps the encoding compact: a snapshot of the benchmark
 // fleet's objects (random uids, 3-8 labels, messages up to 200 bytes)
 // must stay well under the 150 bytes per object the stream may hold.
@@ -201,6 +277,27 @@ func TestDecodeRejectsBadInput(t *testing.T) {
 		"bomb":           bomb,
 		"garbage":        append([]byte{formatVersion, compressNone}, bytes.Repeat([]byte{0xff}, 64)...),
 		"unknown op":     append([]byte{formatVersion, compressNone}, appendSub(appendString(nil, envCluster, "x"), envOp, func(b []byte) []byte { return appendVarint(b, opFieldType, 99) })...),
+		"label not in table": snapshotMessage(func(b []byte) []byte {
+			b = appendString(appendString(b, opFieldLabelStr, "app"), opFieldLabelStr, "web")
+			b = appendSub(b, opFieldLabelPair, func(b []byte) []byte { return append(b, 0, 1) })
+			return appendSub(b, opFieldRow, func(b []byte) []byte { return appendSub(b, rowLabelRef, func(b []byte) []byte { return append(b, 1) }) })
+		}),
+		"pair not in strings": snapshotMessage(func(b []byte) []byte {
+			b = appendString(b, opFieldLabelStr, "app")
+			return appendSub(b, opFieldLabelPair, func(b []byte) []byte { return append(b, 0, 1) })
+		}),
+		"pair without value": snapshotMessage(func(b []byte) []byte {
+			b = appendString(b, opFieldLabelStr, "app")
+			return appendSub(b, opFieldLabelPair, func(b []byte) []byte { return append(b, 0) })
+		}),
+		"references without table": snapshotMessage(func(b []byte) []byte {
+			return appendSub(b, opFieldRow, func(b []byte) []byte { return appendSub(b, rowLabelRef, func(b []byte) []byte { return append(b, 0) }) })
+		}),
+		"table outside a snapshot": append([]byte{formatV2, compressNone}, appendSub(appendString(nil, envCluster, "x"), envOp, func(b []byte) []byte {
+			b = appendVarint(b, opFieldType, uint64(opUpsert))
+			b = appendString(appendString(b, opFieldLabelStr, "app"), opFieldLabelStr, "web")
+			return appendSub(b, opFieldLabelPair, func(b []byte) []byte { return append(b, 0, 1) })
+		})...),
 	}
 	for name, msg := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -215,6 +312,14 @@ func TestDecodeRejectsBadInput(t *testing.T) {
 	if env, err := dec.decode(withNew); err != nil || env.cluster != "east" {
 		t.Fatalf("unknown field: %+v, %v", env, err)
 	}
+}
+
+// snapshotMessage is a format 2 message of one snapshot operation whose
+// fields after the type fn writes.
+func snapshotMessage(fn func([]byte) []byte) []byte {
+	return append([]byte{formatV2, compressNone}, appendSub(appendString(nil, envCluster, "x"), envOp, func(b []byte) []byte {
+		return fn(appendVarint(b, opFieldType, uint64(opSnapshot)))
+	})...)
 }
 
 func TestSubjectToken(t *testing.T) {

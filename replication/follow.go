@@ -304,11 +304,7 @@ func (n *Node) snapshotPartLocked(cl *clusterLog, d *delivery) {
 				cl.asm.Cluster = o.cluster
 			}
 			cl.asm.Kinds = append(cl.asm.Kinds, o.kinds...)
-			if cl.asm.Rows == nil {
-				cl.asm.Rows = o.rows // most snapshots are one part: no copy
-			} else {
-				cl.asm.Rows = append(cl.asm.Rows, o.rows...)
-			}
+			appendSnapshotRows(cl.asm, &o)
 		}
 	}
 	if env.flags&flagLast == 0 {
@@ -323,6 +319,39 @@ func (n *Node) snapshotPartLocked(cl *clusterLog, d *delivery) {
 		}
 	}
 	cl.asm, cl.skipping = nil, false
+}
+
+// appendSnapshotRows adds the rows of a snapshot part, and their label
+// table, to the snapshot asm assembles.
+func appendSnapshotRows(asm *index.ClusterSnapshot, o *op) {
+	if asm.Rows == nil && asm.Labels == nil {
+		asm.Rows, asm.Labels = o.rows, o.labels // most snapshots are one part: no copy
+		return
+	}
+	if o.labels != nil || asm.Labels != nil {
+		if asm.Labels == nil { // the rows so far have no labels
+			asm.Labels = &index.LabelTable{Ends: make([]uint32, len(asm.Rows))}
+		}
+		t := asm.Labels
+		strs, pairs, refs := uint32(len(t.Strings)), uint32(len(t.Pairs)), uint32(len(t.Refs))
+		if o.labels == nil {
+			for range o.rows {
+				t.Ends = append(t.Ends, refs)
+			}
+		} else {
+			t.Strings = append(t.Strings, o.labels.Strings...)
+			for _, p := range o.labels.Pairs {
+				t.Pairs = append(t.Pairs, index.LabelPair{Key: strs + p.Key, Value: strs + p.Value})
+			}
+			for _, r := range o.labels.Refs {
+				t.Refs = append(t.Refs, pairs+r)
+			}
+			for _, e := range o.labels.Ends {
+				t.Ends = append(t.Ends, refs+e)
+			}
+		}
+	}
+	asm.Rows = append(asm.Rows, o.rows...)
 }
 
 // operationsLocked applies the operations of one message.

@@ -163,7 +163,7 @@ func (n *Node) RestoreCluster(ctx context.Context, snap index.ClusterSnapshot) e
 	if err := n.opts.Store.RestoreCluster(ctx, snap); err != nil {
 		return err
 	}
-	n.queueLocked(own, outItem{snapshot: true, force: true, op: op{typ: opSnapshot, cluster: snap.Cluster, kinds: snap.Kinds, rows: snap.Rows}})
+	n.queueLocked(own, outItem{snapshot: true, force: true, op: op{typ: opSnapshot, cluster: snap.Cluster, kinds: snap.Kinds, rows: snap.Rows, labels: snap.Labels}})
 	return nil
 }
 

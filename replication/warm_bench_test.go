@@ -59,11 +59,7 @@ func BenchmarkWarmStart(b *testing.B) {
 						snap.Cluster = o.cluster
 					}
 					snap.Kinds = append(snap.Kinds, o.kinds...)
-					if snap.Rows == nil {
-						snap.Rows = o.rows
-					} else {
-						snap.Rows = append(snap.Rows, o.rows...)
-					}
+					appendSnapshotRows(&snap, &o)
 				}
 			}
 			snaps = append(snaps, snap)
