@@ -181,10 +181,13 @@ func (c *Collector) confirm(ctx context.Context, suspects []string) error {
 			m.dead = true
 		case l.ResourceVersion != m.readRV:
 			m.readRV, m.readAt = l.ResourceVersion, at
+			c.metrics.checks.WithLabelValues("alive").Inc()
+			c.log.Info("the lease cache is behind: a collector it shows unchanged renewed its lease", "collector", m.id, "incarnation", m.holder)
 		case at.Sub(m.readAt) >= c.ls.duration:
 			m.dead = true
 		}
 		if m.dead {
+			c.metrics.checks.WithLabelValues("dead").Inc()
 			c.log.Info("a collector stopped renewing its lease", "collector", m.id, "incarnation", m.holder)
 		}
 	}

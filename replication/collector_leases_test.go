@@ -144,6 +144,9 @@ func TestStaleCacheJudgesNobodyDead(t *testing.T) {
 	if got := b.holds(); !slices.Equal(got, []string{cluster}) {
 		t.Fatalf("b holds %v", got)
 	}
+	if n := testutil.ToFloat64(a.collector.metrics.checks.WithLabelValues("alive")); n != 1 {
+		t.Fatalf("a counted %v checks that found a live collector, want 1", n)
+	}
 
 	// b stops renewing (cut off from the management cluster); a's cache
 	// still never changes. Reads a lease duration apart show b's lease
@@ -162,6 +165,9 @@ func TestStaleCacheJudgesNobodyDead(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(a.collector.metrics.takeovers.WithLabelValues("failover")); n != 1 {
 		t.Fatalf("a counted %v failovers, want 1", n)
+	}
+	if n := testutil.ToFloat64(a.collector.metrics.checks.WithLabelValues("dead")); n != 1 {
+		t.Fatalf("a counted %v checks that found a dead collector, want 1", n)
 	}
 }
 

@@ -12,6 +12,7 @@ type collectorMetrics struct {
 	owned     *prometheus.GaugeVec
 	lost      prometheus.Counter
 	renewals  prometheus.Counter
+	checks    *prometheus.CounterVec
 }
 
 func newCollectorMetrics() *collectorMetrics {
@@ -29,11 +30,15 @@ func newCollectorMetrics() *collectorMetrics {
 		renewals: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fleetgraph_replication_lease_renewals_total", Help: "Renewals of this collector's lease.",
 		}),
+		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetgraph_replication_lease_checks_total",
+			Help: "Collectors whose lease this collector's cache showed unchanged for a lease duration, by what a read from the API server found: dead, or alive (the cache was behind: this process was paused or its lease watch stalled).",
+		}, []string{"verdict"}),
 	}
 }
 
 func (m *collectorMetrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.takeovers, m.owned, m.lost, m.renewals} {
+	for _, c := range []prometheus.Collector{m.takeovers, m.owned, m.lost, m.renewals, m.checks} {
 		if err := r.Register(c); err != nil {
 			return fmt.Errorf("register collector metrics: %w", err)
 		}

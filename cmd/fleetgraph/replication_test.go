@@ -341,6 +341,12 @@ func TestReplicatedProcesses(t *testing.T) {
 	})
 
 	shared("the collectors share the leaves once a is back")
+	// Whether a resumed with a lease cache behind b's renewals (then it
+	// read the leases before judging b, and found b alive): it varies
+	// from run to run, as the failure it guards against did.
+	t.Logf("a's lease checks since its pause: alive %v, dead %v",
+		metric(collectors["a"], "fleetgraph_replication_lease_checks_total", "verdict", "alive"),
+		metric(collectors["a"], "fleetgraph_replication_lease_checks_total", "verdict", "dead"))
 
 	// 3. kill -9 of collector b: a takes its clusters over within the
 	// lease; their rows stay meanwhile, stale, with the reason.
