@@ -406,6 +406,11 @@ type decoder struct {
 	zr     *zstd.Decoder
 	buf    []byte
 	intern map[string]string
+	// recent holds, by row field, the last string read: rows come in key
+	// order, so most rows repeat the previous row's namespace, group,
+	// version, kind, resource and status, and take them with a
+	// comparison instead of a hashed lookup.
+	recent [rowStatus + 1]string
 	refs   []uint64 // scratch for a row's label references
 }
 
@@ -688,15 +693,15 @@ func (d *decoder) row(parent *reader, b []byte, tab *index.LabelTable) index.Obj
 	for r.next() {
 		switch r.num {
 		case rowNamespace:
-			o.Namespace = r.str(d)
+			o.Namespace = r.field(d)
 		case rowGroup:
-			o.Group = r.str(d)
+			o.Group = r.field(d)
 		case rowVersion:
-			o.Version = r.str(d)
+			o.Version = r.field(d)
 		case rowKind:
-			o.Kind = r.str(d)
+			o.Kind = r.field(d)
 		case rowResource:
-			o.Resource = r.str(d)
+			o.Resource = r.field(d)
 		case rowName:
 			o.Name = string(r.bytes())
 		case rowUID:
@@ -730,7 +735,7 @@ func (d *decoder) row(parent *reader, b []byte, tab *index.LabelTable) index.Obj
 		case rowRV:
 			o.ResourceVersion = string(r.bytes())
 		case rowStatus:
-			o.Status = index.Status(r.str(d))
+			o.Status = index.Status(r.field(d))
 		case rowMessage:
 			o.Message = r.str(d)
 		case rowSummary:
@@ -881,6 +886,21 @@ func (r *reader) varints(dst []uint64) []uint64 {
 		b = b[n:]
 	}
 	return dst
+}
+
+// field is str for a row field whose value repeats from row to row (see
+// decoder.recent).
+func (r *reader) field(d *decoder) string {
+	b := r.bytes()
+	if r.err != nil {
+		return ""
+	}
+	if s := d.recent[r.num]; s == string(b) {
+		return s
+	}
+	s := d.str(b)
+	d.recent[r.num] = s
+	return s
 }
 
 func (r *reader) str(d *decoder) string {
