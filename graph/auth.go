@@ -72,13 +72,15 @@ func isWebsocket(ctx context.Context) bool {
 }
 
 // operation is per-operation state: the error a subscription's pump ended
-// with (see endWith), and the encoded events of an objectChanges
-// subscription on the events fast path (fastevents.go), which its pump
-// sends and eventsInterceptor reads.
+// with (see endWith), and for an objectChanges subscription on the events
+// fast path (fastevents.go) either the encoded events its pump sends and
+// eventsInterceptor reads, or the writer that sends them to the websocket
+// itself (directEvents), which eventsInterceptor runs.
 type operation struct {
 	mu     sync.Mutex
 	endErr error
 	events <-chan []byte
+	direct *directEvents
 }
 
 func withOperation(ctx context.Context) context.Context {

@@ -62,11 +62,15 @@ func newFastPath(svc *service, schema *ast.Schema) *fastPath {
 	return f
 }
 
-// interceptsFields reports whether any extension runs field middleware,
-// which the fast path would skip.
-func interceptsFields(exts []graphql.HandlerExtension) (string, bool) {
+// firstExtension returns the name of the first extension that implements
+// T: an extension that intercepts fields (graphql.FieldInterceptor) turns
+// off the fast paths, which run no field middleware, and one that
+// intercepts responses (graphql.ResponseInterceptor) turns off subscription
+// events written to the websocket directly (wsevents.go), which are not
+// responses.
+func firstExtension[T any](exts []graphql.HandlerExtension) (string, bool) {
 	for _, e := range exts {
-		if _, ok := e.(graphql.FieldInterceptor); ok {
+		if _, ok := e.(T); ok {
 			return e.ExtensionName(), true
 		}
 	}

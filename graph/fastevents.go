@@ -1,7 +1,9 @@
 package graph
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,27 +33,35 @@ import (
 // object and its cluster's staleness. So the cache key is the selection's
 // signature, the sequence number, the type, the staleness and the object.
 //
-// How the bytes reach gqlgen's transports: the resolver (objectChanges)
-// plans the selection with the objects fast path's plan and writers; when
-// it can, it registers the operation's event channel on the operation (see
+// How the bytes reach the client. On a graphql-transport-ws websocket
+// (the dashboard's and most clients' protocol) graph writes each event's
+// next message itself (wsevents.go, directEvents): gqlgen would marshal
+// every response and then every message again, for every subscriber,
+// which was a third of the server's CPU per delivery after the encoding
+// was shared. On server-sent events and legacy graphql-ws the resolver
+// registers the operation's event channel on the operation (see
 // operation.events), and its pump sends encoded events there instead of
-// models on the channel it returns to gqlgen. eventsInterceptor, the
+// models on the channel it returns to gqlgen; eventsInterceptor, the
 // innermost response interceptor, answers each of the operation's
 // responses with the next encoded event, in gqlgen's exact output format
-// ({"alias":{...}}); when the events end, it calls gqlgen's own handler,
-// which sees its channel closed and ends the operation as before (complete,
-// or the pump's error through subscriptionEnd and sseEnd).
-// TestEventsFastPathMatchesGeneratedCode compares the bytes with the
-// generated path's.
+// ({"alias":{...}}). When the events end, either way, gqlgen's own handler
+// sees its channel closed and ends the operation as before (complete, or
+// the stream's error through subscriptionEnd and sseEnd).
+// TestEventsFastPathMatchesGeneratedCode compares the bytes on the wire
+// with those of gqlgen's generated code and transport.
 //
 // Like the objects fast path it runs no field middleware, so it is only on
 // when no extension intercepts fields, and it is the last response
 // interceptor, so every other extension's interceptor still sees each
-// event.
+// event that goes through gqlgen; events written directly are not
+// responses, so direct writes are off when an extension of
+// Options.Extensions intercepts responses.
 type eventPath struct {
-	f      *fastPath
-	off    atomic.Bool  // tests: serve events through gqlgen's generated code
-	served atomic.Int64 // subscriptions the fast path served
+	f       *fastPath
+	off     atomic.Bool  // tests: serve events through gqlgen's generated code
+	served  atomic.Int64 // subscriptions the fast path served
+	wsOff   atomic.Bool  // send events through gqlgen's websocket transport (see directEvents)
+	written atomic.Int64 // subscriptions whose events were written to their websocket directly
 
 	mu     sync.Mutex
 	shapes map[string]*eventShape // by signature
@@ -63,10 +73,13 @@ func newEventPath(f *fastPath) *eventPath {
 
 // eventCacheSize is how many recent events a shape keeps encoded. Every
 // subscriber of a change reads it within the delivery delay (100 ms is
-// the target; 1,000 changes per second is 100 events), so 256 covers the
-// spread between the first and the last reader with room; a reader further
-// behind encodes again, which is only slower.
-const eventCacheSize = 256
+// the target; 1,000 changes per second is 100 events); a reader further
+// behind encodes again, which is only slower, but slower just when the
+// server is behind already: with 256, a loaded run of bench-graph (delays
+// of seconds) encoded each change many times over, a tenth of its CPU.
+// 2,048 is two seconds at the target rate, about a megabyte per shape that
+// two subscriptions or more share.
+const eventCacheSize = 2048
 
 // eventShape is one selection of ObjectChangeEvent under one alias, shared
 // by the subscriptions that select it.
@@ -80,13 +93,17 @@ type eventShape struct {
 	recent []encodedEvent // by Seq % eventCacheSize; nil while one subscription uses it
 }
 
-// encodedEvent is the response data of one change for one shape.
+// encodedEvent is the response data of one change for one shape: as
+// gqlgen's transports take it (data), and as it goes into a websocket
+// message (wire, see wireJSON; the same slice when no character needs
+// escaping).
 type encodedEvent struct {
 	seq   uint64
 	typ   index.EventType
 	stale bool
 	obj   *index.Object
 	data  []byte
+	wire  []byte
 }
 
 // shape returns the shared shape of the objectChanges field being
@@ -152,14 +169,17 @@ func (p *selPlan) signature(w *strings.Builder) {
 
 // encode returns the response data of a change: from the shape's cache
 // when another subscription encoded it already.
-func (sh *eventShape) encode(s *service, c index.ObjectChange) []byte {
+func (sh *eventShape) encode(s *service, c index.ObjectChange) []byte { return sh.event(s, c).data }
+
+// event returns a change encoded (see encodedEvent), from the shape's
+// cache when another subscription encoded it already.
+func (sh *eventShape) event(s *service, c index.ObjectChange) encodedEvent {
 	i := c.Seq % eventCacheSize
 	sh.mu.Lock()
 	if sh.recent != nil {
-		if e := &sh.recent[i]; e.data != nil && e.seq == c.Seq && e.typ == c.Type && e.stale == c.Stale && e.obj == c.Object {
-			data := e.data
+		if e := sh.recent[i]; e.data != nil && e.seq == c.Seq && e.typ == c.Type && e.stale == c.Stale && e.obj == c.Object {
 			sh.mu.Unlock()
-			return data
+			return e
 		}
 	}
 	sh.mu.Unlock()
@@ -168,12 +188,31 @@ func (sh *eventShape) encode(s *service, c index.ObjectChange) []byte {
 	b = append(b, sh.prefix...)
 	b = sh.plan.object(b, &v)
 	b = append(b, '}')
+	e := encodedEvent{seq: c.Seq, typ: c.Type, stale: c.Stale, obj: c.Object, data: b, wire: wireJSON(b)}
 	sh.mu.Lock()
 	if sh.recent != nil {
-		sh.recent[i] = encodedEvent{seq: c.Seq, typ: c.Type, stale: c.Stale, obj: c.Object, data: b}
+		sh.recent[i] = e
 	}
 	sh.mu.Unlock()
-	return b
+	return e
+}
+
+// wireJSON returns response data as encoding/json puts it in a message,
+// which is how gqlgen's websocket transport sends it: json.Marshal writes a
+// json.RawMessage with <, >, &, U+2028 and U+2029 in strings escaped
+// (json.HTMLEscape); data itself when it has none of them (0xE2 starts the
+// encoding of U+2028 and U+2029, and of other characters, which come
+// through unchanged).
+func wireJSON(data []byte) []byte {
+	for _, ch := range data {
+		if ch == '<' || ch == '>' || ch == '&' || ch == 0xE2 {
+			var b bytes.Buffer
+			b.Grow(len(data) + 16)
+			json.HTMLEscape(&b, data)
+			return b.Bytes()
+		}
+	}
+	return data
 }
 
 // objectChangeEventWriters write ObjectChangeEvent (see fastWriters).
@@ -208,8 +247,14 @@ func (eventsInterceptor) InterceptResponse(ctx context.Context, next graphql.Res
 		return next(ctx)
 	}
 	op.mu.Lock()
-	events := op.events
+	events, direct := op.events, op.direct
 	op.mu.Unlock()
+	if direct != nil {
+		// The events go straight to the websocket; gqlgen's handler
+		// then ends the operation.
+		direct.run(ctx)
+		return next(ctx)
+	}
 	if events == nil {
 		return next(ctx)
 	}

@@ -8,12 +8,16 @@ import (
 	"github.com/fleetgraph/fleetgraph/index"
 )
 
-// TestEventsFastPathMatchesGeneratedCode subscribes each document twice,
-// once through gqlgen's generated code and once through the events fast
-// path, and wants the same bytes for every event, for a viewer who sees
-// everything and one who sees a namespace, through a filter that objects
-// enter and leave (so the same change is ADDED, MODIFIED or DELETED
-// depending on the viewer) and with a stale cluster.
+// TestEventsFastPathMatchesGeneratedCode subscribes each document three
+// times over graphql-transport-ws: through gqlgen's generated code and
+// websocket transport, through the events fast path and gqlgen's
+// transport, and through the fast path with the next messages written
+// directly (wsevents.go); it wants the same message bytes for every event,
+// for a viewer who sees everything and one who sees a namespace, through a
+// filter that objects enter and leave (so the same change is ADDED,
+// MODIFIED or DELETED depending on the viewer), with a stale cluster,
+// strings that encoding/json escapes (<, >, &, U+2028) and an operation id
+// that needs escaping too.
 func TestEventsFastPathMatchesGeneratedCode(t *testing.T) {
 	docs := []struct {
 		name, query string
@@ -26,34 +30,41 @@ func TestEventsFastPathMatchesGeneratedCode(t *testing.T) {
 		{"skip and include", `subscription($s: Boolean!) { objectChanges { cursor @skip(if: $s) object { name @include(if: $s) kind } } }`, map[string]any{"s": true}},
 		{"filter", `subscription($f: ObjectFilter) { objectChanges(filter: $f) { type object { name status stale } } }`, map[string]any{"f": map[string]any{"statuses": []string{"UNHEALTHY"}}}},
 	}
+	const id = "op<1>&\"\u2028\""
+	modes := []struct {
+		name       string
+		fast, wsOK bool
+	}{{"generated", false, false}, {"fast path", true, false}, {"written directly", true, true}}
 	f := newFixture(t)
 	ctx := context.Background()
 	type sub struct {
 		name string
 		c    *wsClient
-		fast bool
 	}
 	var subs []sub
+	e := f.h.svc.events
 	for _, d := range docs {
 		for _, user := range []string{"admin", "alice"} {
-			for _, fast := range []bool{false, true} {
-				f.h.svc.events.off.Store(!fast)
-				served := f.h.svc.events.served.Load()
+			for _, m := range modes {
+				e.off.Store(!m.fast)
+				e.wsOff.Store(!m.wsOK)
+				served, written := e.served.Load(), e.written.Load()
 				c := f.connect(user)
-				c.subscribe("1", d.query, d.vars)
+				c.subscribe(id, d.query, d.vars)
 				f.waitSubscribers(len(subs) + 1)
-				if used := f.h.svc.events.served.Load() > served; used != fast {
-					t.Fatalf("%s as %s: fast path used %v, want %v", d.name, user, used, fast)
+				if fast, direct := e.served.Load() > served, e.written.Load() > written; fast != m.fast || direct != m.wsOK {
+					t.Fatalf("%s as %s, %s: fast path used %v, written directly %v", d.name, user, m.name, fast, direct)
 				}
-				subs = append(subs, sub{d.name + " as " + user, c, fast})
+				subs = append(subs, sub{d.name + " as " + user + ", " + m.name, c})
 			}
 		}
 	}
-	f.h.svc.events.off.Store(false)
+	e.off.Store(false)
+	e.wsOff.Store(false)
 
 	p := testObject(podKind, "east", "team-a", "pod-fast", index.StatusUnhealthy)
-	p.OwnerRefs = []index.OwnerRef{{Kind: "ReplicaSet", Name: "rs\"1"}}
-	p.Message = "quotes \" and \\ and \u2028 and \t \x01 é"
+	p.OwnerRefs = []index.OwnerRef{{Kind: "ReplicaSet", Name: "rs\"1<&>"}}
+	p.Message = "quotes \" and \\ and \u2028 \u2029 and <b>&amp;</b> \t \x01 é ’"
 	p.Labels = map[string]string{"b": "2", "a\"": "1\\"}
 	p.ResourceVersion = "7"
 	upsert(t, f.store, p) // ADDED, and in the filter
@@ -67,26 +78,30 @@ func TestEventsFastPathMatchesGeneratedCode(t *testing.T) {
 	last := testObject(podKind, "east", "team-a", "pod-last", index.StatusUnhealthy) // every subscription sees it
 	upsert(t, f.store, last)
 
-	var sawStale, sawDeleted bool
-	for i := 0; i < len(subs); i += 2 {
-		slow, fast := subs[i], subs[i+1]
+	var sawStale, sawDeleted, sawEscaped bool
+	for i := 0; i < len(subs); i += len(modes) {
+		generated := subs[i]
 		for n := 0; ; n++ {
-			ms, mf := slow.c.readFor("1"), fast.c.readFor("1")
-			if ms.Type != "next" || mf.Type != "next" {
-				t.Fatalf("%s: event %d: %s %s and %s %s", slow.name, n, ms.Type, ms.Payload, mf.Type, mf.Payload)
+			mg := generated.c.readFor(id)
+			if mg.Type != "next" {
+				t.Fatalf("%s: event %d: %s %s", generated.name, n, mg.Type, mg.raw)
 			}
-			if !bytes.Equal(ms.Payload, mf.Payload) {
-				t.Errorf("%s: event %d:\ngenerated %s\nfast      %s", slow.name, n, ms.Payload, mf.Payload)
+			for _, other := range subs[i+1 : i+len(modes)] {
+				mo := other.c.readFor(id)
+				if !bytes.Equal(mg.raw, mo.raw) {
+					t.Errorf("event %d:\n%s: %s\n%s: %s", n, generated.name, mg.raw, other.name, mo.raw)
+				}
 			}
-			sawStale = sawStale || bytes.Contains(mf.Payload, []byte(`"stale":true`))
-			sawDeleted = sawDeleted || bytes.Contains(mf.Payload, []byte(`"DELETED"`))
-			if bytes.Contains(ms.Payload, []byte("pod-last")) {
+			sawStale = sawStale || bytes.Contains(mg.raw, []byte(`"stale":true`))
+			sawDeleted = sawDeleted || bytes.Contains(mg.raw, []byte(`"DELETED"`))
+			sawEscaped = sawEscaped || bytes.Contains(mg.raw, []byte(`\u003cb\u003e\u0026amp;`))
+			if bytes.Contains(mg.raw, []byte("pod-last")) {
 				break
 			}
 		}
 	}
-	if !sawStale || !sawDeleted {
-		t.Errorf("no subscription saw a stale object (%v) or a DELETED change (%v)", sawStale, sawDeleted)
+	if !sawStale || !sawDeleted || !sawEscaped {
+		t.Errorf("no subscription saw a stale object (%v), a DELETED change (%v) or an escaped string (%v)", sawStale, sawDeleted, sawEscaped)
 	}
 }
 

@@ -378,6 +378,7 @@ type wsMessage struct {
 	ID      string          `json:"id,omitempty"`
 	Type    string          `json:"type"`
 	Payload json.RawMessage `json:"payload,omitempty"`
+	raw     []byte          // the message as received
 }
 
 // dial opens a websocket with a subprotocol and optional headers.
@@ -469,7 +470,7 @@ func (c *wsClient) readTimeout(d time.Duration) (wsMessage, error) {
 		case <-timer.C:
 			return wsMessage{}, errReadTimeout
 		}
-		var m wsMessage
+		m := wsMessage{raw: b}
 		if err := json.Unmarshal(b, &m); err != nil {
 			return wsMessage{}, fmt.Errorf("decoding %q: %w", b, err)
 		}

@@ -130,7 +130,7 @@ func NewHandler(opts Options) (*Handler, error) {
 			return responses(ctx)
 		}
 	})
-	if name, ok := interceptsFields(exts); ok {
+	if name, ok := firstExtension[graphql.FieldInterceptor](exts); ok {
 		opts.Logger.Info("graph: the objects fast path is off: an extension intercepts fields", "extension", name)
 	} else {
 		h.fast = newFastPath(h.svc, es.Schema())
@@ -138,6 +138,12 @@ func NewHandler(opts Options) (*Handler, error) {
 		// Last: the innermost response interceptor (fastevents.go).
 		h.svc.events = newEventPath(h.fast)
 		srv.Use(eventsInterceptor{})
+		srv.Use(wsOperationIDs{})
+		if name, ok := firstExtension[graphql.ResponseInterceptor](opts.Extensions); ok {
+			// Events written to the websocket directly are not responses.
+			opts.Logger.Info("graph: subscription events go through gqlgen: an extension intercepts responses", "extension", name)
+			h.svc.events.wsOff.Store(true)
+		}
 	}
 
 	mux := http.NewServeMux()

@@ -27,6 +27,10 @@ import (
 // and cancels ctx on the client's complete message; graph's websocket
 // layer rejects a second operation with an id in use (4409).
 
+// errNoOperation is a wiring mistake: a subscription resolved outside the
+// operation state that AroundOperations adds.
+var errNoOperation = errors.New("graph: a subscription without its operation state")
+
 // errNeedsStream rejects subscriptions sent over plain HTTP.
 func errNeedsStream() error {
 	return newError(CodeBadRequest, nil, "subscriptions need a websocket (graphql-transport-ws or graphql-ws) or server-sent events (Accept: text/event-stream) on /graphql")
@@ -102,6 +106,14 @@ func (s *service) objectChanges(ctx context.Context, filter *model.ObjectFilter,
 		return nil, indexError(err)
 	}
 	if sh, ok := s.events.shape(ctx); ok {
+		if conn, id, ok := s.events.directConn(ctx); ok {
+			out, err := startDirectEvents(ctx, s, st, sh, conn, id)
+			if err != nil {
+				s.events.release(sh)
+				st.Close()
+			}
+			return out, err
+		}
 		return startEventPump(ctx, s, st, sh)
 	}
 	return startPump(ctx, s, subObjects, st, func(c index.ObjectChange) *model.ObjectChangeEvent {
@@ -124,7 +136,7 @@ func startEventPump(ctx context.Context, s *service, st *index.ObjectStream, sh 
 	if !ok {
 		s.events.release(sh)
 		st.Close()
-		return nil, errors.New("graph: a subscription without its operation state")
+		return nil, errNoOperation
 	}
 	s.events.served.Add(1) // before the stream is seen open (tests wait for that)
 	if err := s.streams.add(st); err != nil {

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/coder/websocket"
 )
@@ -31,7 +32,8 @@ import (
 //   - a bound on operations per connection (TOO_MANY_OPERATIONS), where an
 //     operation holds its slot until its resolver has returned;
 //   - a write timeout, so a client that stops reading is disconnected
-//     instead of holding its goroutines forever;
+//     instead of holding its goroutines forever (enforced by batchConn,
+//     see write);
 //   - a read deadline for legacy graphql-ws clients, which send nothing
 //     while they wait: a websocket ping unanswered within two KeepAlive
 //     intervals closes the socket with 1008;
@@ -149,6 +151,7 @@ type wsConn struct {
 	mu          sync.Mutex
 	initSeen    bool
 	active      map[string]*wsOperation // operation ids whose resolvers have not finished
+	subscribing string                  // the id of the subscribe message gqlgen reads now (see bindOperation)
 	writing     int                     // messages being written
 	quiet       idleWaiter              // until active and writing are both empty
 	closing     bool
@@ -167,6 +170,9 @@ type wsOperation struct {
 	// or error; completed says the client sent complete (stop) first.
 	ended     chan struct{}
 	completed bool
+	// rc is the operation's context once gqlgen created it (see
+	// bindOperation): how a resolver finds its operation id.
+	rc *graphql.OperationContext
 }
 
 var _ interface {
@@ -276,8 +282,36 @@ func (c *wsConn) startOperation(id string) (bool, error) {
 		return false, nil
 	}
 	c.active[id] = &wsOperation{ended: make(chan struct{})}
+	c.subscribing = id
 	c.mu.Unlock()
 	return true, nil
+}
+
+// bindOperation records the context gqlgen created for the subscribe
+// message it is reading now. gqlgen reads the connection's messages on one
+// goroutine and creates a subscribe's operation context there, before it
+// reads the next message (see wsOperationIDs), so that message is the one
+// NextReader handed it last.
+func (c *wsConn) bindOperation(rc *graphql.OperationContext) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if op := c.active[c.subscribing]; op != nil && op.rc == nil {
+		op.rc = rc
+	}
+	c.subscribing = ""
+}
+
+// operationID returns the id of the operation whose context is rc, while
+// the operation runs.
+func (c *wsConn) operationID(rc *graphql.OperationContext) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, op := range c.active {
+		if op.rc == rc {
+			return id, true
+		}
+	}
+	return "", false
 }
 
 // rejectOperation answers one operation with an error message and keeps
@@ -393,6 +427,15 @@ func (c *wsConn) WriteJSON(v any) error {
 	return c.write(b)
 }
 
+// writeEvent sends a subscription event that graph encoded itself (see
+// directEvents): a message that neither starts nor ends an operation.
+func (c *wsConn) writeEvent(b []byte) error {
+	c.mu.Lock()
+	c.writing++
+	c.mu.Unlock()
+	return c.write(b)
+}
+
 // isDataMessage reports whether b, a message gqlgen wrote, is a
 // subscription event ("next", or "data" in graphql-ws), which neither
 // starts nor ends an operation, so that WriteJSON need not decode the
@@ -407,9 +450,15 @@ func isDataMessage(b []byte) bool {
 	return bytes.HasSuffix(b, []byte(`"type":"next"}`)) || bytes.HasSuffix(b, []byte(`"type":"data"}`))
 }
 
-// write sends one text message within the write timeout, then releases
-// the c.writing its caller took; coder closes the connection when the
-// timeout expires.
+// write sends one text message, then releases the c.writing its caller
+// took. It sets no deadline of its own: the connection's batchConn
+// (wsbatch.go) writes to the socket with the write timeout as its deadline
+// and closes the connection when it passes, which fails this write and
+// every later one, so a client that stops reading is still dropped after
+// the write timeout (TestWebsocketSlowClientIsDropped). A context with a
+// deadline per message cost coder/websocket a timer and an AfterFunc for
+// every event: a seventh of the server's CPU per delivery on bench-graph's
+// fan-out once the events were written directly (wsevents.go).
 func (c *wsConn) write(b []byte) error {
 	defer func() {
 		c.mu.Lock()
@@ -419,9 +468,7 @@ func (c *wsConn) write(b []byte) error {
 		}
 		c.mu.Unlock()
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), c.h.opts.Websocket.WriteTimeout)
-	defer cancel()
-	if err := c.c.Write(ctx, websocket.MessageText, b); err != nil {
+	if err := c.c.Write(context.Background(), websocket.MessageText, b); err != nil {
 		return fmt.Errorf("graph: websocket write: %w", err)
 	}
 	return nil

@@ -3,6 +3,9 @@ package graph
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +13,8 @@ import (
 
 	"github.com/coder/websocket"
 	"k8s.io/client-go/rest"
+
+	"github.com/fleetgraph/fleetgraph/index"
 )
 
 // slowLeaf is a LeafClients whose RESTConfig returns only when released,
@@ -170,5 +175,60 @@ func TestIsDataMessage(t *testing.T) {
 		if got := isDataMessage([]byte(tc.msg)); got != tc.data {
 			t.Errorf("%s: data message %v, want %v", tc.msg, got, tc.data)
 		}
+	}
+}
+
+// TestWebsocketSlowClientIsDropped plays a graphql-transport-ws client that
+// subscribes and then never reads: once the socket buffers are full, the
+// write timeout closes the connection and ends the subscription instead of
+// holding its goroutines forever, whether its events are written directly
+// (wsevents.go) or go through gqlgen's transport.
+func TestWebsocketSlowClientIsDropped(t *testing.T) {
+	for _, direct := range []bool{true, false} {
+		t.Run(map[bool]string{true: "written directly", false: "through gqlgen"}[direct], func(t *testing.T) {
+			f := newFixture(t, func(o *Options) {
+				o.Websocket.WriteTimeout = 300 * time.Millisecond
+				o.Websocket.KeepAlive = time.Hour
+				o.SubscriptionBuffer = 64
+			})
+			f.h.svc.events.wsOff.Store(!direct)
+			small := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+				if err == nil {
+					err = c.(*net.TCPConn).SetReadBuffer(4096)
+				}
+				return c, err
+			}}}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			conn, _, err := websocket.Dial(ctx, f.wsURL(), &websocket.DialOptions{Subprotocols: []string{"graphql-transport-ws"}, HTTPClient: small})
+			must(t, err)
+			defer func() { _ = conn.CloseNow() }()
+			c := &wsClient{t: t, c: conn}
+			c.send(wsMessage{Type: "connection_init", Payload: mustJSON(t, map[string]any{"Authorization": "Bearer " + f.tokens["admin"]})})
+			if m := c.read(); m.Type != "connection_ack" {
+				t.Fatalf("expected connection_ack, got %+v", m)
+			}
+			c.subscribe("1", `subscription { objectChanges { object { name message } } }`, nil)
+			f.waitSubscribers(1)
+			if written := f.h.svc.events.written.Load() > 0; written != direct {
+				t.Fatalf("events written directly: %v, want %v", written, direct)
+			}
+			// Changes until the subscription is gone: each event is
+			// written to a socket nobody reads.
+			deadline := time.Now().Add(20 * time.Second)
+			for i := 0; f.h.streams.len() > 0; i++ {
+				o := testObject(podKind, "east", "team-a", fmt.Sprintf("flood-%d", i), index.StatusHealthy)
+				o.Message = strings.Repeat("m", 2000)
+				must(t, f.store.Upsert(context.Background(), o))
+				if time.Now().After(deadline) {
+					t.Fatalf("the subscription of a client that does not read is still open after %d changes", i+1)
+				}
+				if i%100 == 99 {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			f.assertAlive()
+		})
 	}
 }

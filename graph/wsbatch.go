@@ -26,7 +26,8 @@ import (
 //   - a client that stops reading is disconnected after the write timeout:
 //     the flusher writes with that deadline and closes the connection when
 //     it passes, and a writer finding batchMaxBuffered bytes waiting blocks
-//     until there is room, so coder's own write timeout fires as before;
+//     until there is room, which is at most until the flusher's write ends
+//     (this is the only write deadline: wsConn.write sets none);
 //   - messages are sent in the order they were written;
 //   - closing is not losing: Close hands the connection to the flusher,
 //     which sends what was written before it (within batchCloseGrace) and
