@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,8 +56,10 @@ import (
 //     plus goroutine stacks per subscriber, sampled as the churn ends with
 //     every subscription still open and receiving, over the same before
 //     any subscriber connected. It fails
-//     unless every subscriber got exactly the changes its access allows
-//     (deliveries = the sum over published changes of their audience).
+//     unless every subscriber got exactly the changes its access allows,
+//     each once and in order (checked per subscriber, by the change
+//     positions in the cursors; deliveries = the sum over published
+//     changes of their audience).
 //
 // It prints one line:
 //
@@ -131,6 +134,7 @@ func BenchmarkGraphFleet(b *testing.B) {
 	if ch.published == 0 || lat.Count != ch.deliveries {
 		b.Fatalf("subscribers got %d events; the %d published changes had %d viewers in all", lat.Count, ch.published, ch.deliveries)
 	}
+	must(b, checkEachSubscriber(p, ch, lat))
 	meanFanout := float64(ch.deliveries) / float64(ch.published)
 	deliveriesPerS := float64(ch.deliveries) / ch.elapsed.Seconds()
 
@@ -382,6 +386,7 @@ type churnResult struct {
 	rate       float64 // published changes per second
 	published  int     // changes the index published
 	deliveries int     // their audiences, summed: what the subscribers must receive
+	perTeam    []int   // published changes in each team's namespaces
 	elapsed    time.Duration
 }
 
@@ -395,7 +400,7 @@ func benchChurn(ctx context.Context, b *testing.B, s *index.Store, p benchParams
 	audience := p.audience()
 	const tick = 10 * time.Millisecond
 	perTick := max(1, p.rate/int(time.Second/tick))
-	var res churnResult
+	res := churnResult{perTeam: make([]int, p.teams())}
 	start := time.Now()
 	next := start
 	version := 1
@@ -413,6 +418,7 @@ func benchChurn(ctx context.Context, b *testing.B, s *index.Store, p benchParams
 				done++
 				res.published++
 				res.deliveries += audience(p.fleet.NamespaceOf(i))
+				res.perTeam[p.fleet.NamespaceOf(i)%p.teams()]++
 			}
 		}
 		next = next.Add(tick)
@@ -459,10 +465,59 @@ type benchClients struct {
 	lines *bufio.Scanner
 }
 
-// latencyStats is what the client process reports, in milliseconds.
+// latencyStats is what the client process reports: delays in
+// milliseconds, and per subscriber (in the order of the tokens file) the
+// events it got and those whose change position was not after the one
+// before (a change delivered twice, or out of order).
 type latencyStats struct {
 	Count         int
 	P50, P99, Max float64
+	Received      []int `json:",omitempty"`
+	Repeated      []int `json:",omitempty"`
+}
+
+// checkEachSubscriber returns an error unless every subscriber got
+// exactly the changes its access allows, each once and in order: the total
+// alone could hide a loss in one subscription behind a double in another.
+func checkEachSubscriber(p benchParams, ch churnResult, lat latencyStats) error {
+	if len(lat.Received) != p.subscribers || len(lat.Repeated) != p.subscribers {
+		return fmt.Errorf("the client process reported %d and %d subscribers, want %d", len(lat.Received), len(lat.Repeated), p.subscribers)
+	}
+	var bad []string
+	for i := range p.subscribers {
+		want := ch.published
+		if fleetWide, team := p.role(i); !fleetWide {
+			want = ch.perTeam[team]
+		}
+		if lat.Received[i] != want || lat.Repeated[i] != 0 {
+			bad = append(bad, fmt.Sprintf("subscriber %d got %d events (%d of them repeated or out of order), want %d", i, lat.Received[i], lat.Repeated[i], want))
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%d of %d subscribers did not get exactly their changes: %s", len(bad), p.subscribers, strings.Join(bad[:min(len(bad), 5)], "; "))
+	}
+	return nil
+}
+
+// TestCheckEachSubscriber: the fan-out benchmark's check fails on a loss
+// that a double elsewhere hides from the total, and on a change delivered
+// twice in place of another.
+func TestCheckEachSubscriber(t *testing.T) {
+	p := benchParams{fleet: indextest.Fleet{Namespaces: 10}, subscribers: 4} // 1 fleet-wide viewer, 1 team of 3
+	ch := churnResult{published: 6, perTeam: []int{4}}
+	exact := latencyStats{Received: []int{6, 4, 4, 4}, Repeated: []int{0, 0, 0, 0}}
+	if err := checkEachSubscriber(p, ch, exact); err != nil {
+		t.Fatalf("exact deliveries: %v", err)
+	}
+	for name, lat := range map[string]latencyStats{
+		"a loss and a double":  {Received: []int{6, 3, 5, 4}, Repeated: []int{0, 0, 1, 0}},
+		"a double for a loss":  {Received: []int{6, 4, 4, 4}, Repeated: []int{1, 0, 0, 0}},
+		"a subscriber missing": {Received: []int{6, 4, 4}, Repeated: []int{0, 0, 0}},
+	} {
+		if err := checkEachSubscriber(p, ch, lat); err == nil {
+			t.Errorf("%s: passed", name)
+		}
+	}
 }
 
 func startBenchClients(b *testing.B, url string, tokens map[string]string, n int) *benchClients {
@@ -554,10 +609,11 @@ func TestGraphBenchClients(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var (
-		mu    sync.Mutex
-		lat   []float64
-		wg    sync.WaitGroup
-		conns []*websocket.Conn
+		mu                 sync.Mutex
+		lat                []float64
+		wg                 sync.WaitGroup
+		conns              []*websocket.Conn
+		received, repeated []int // by subscriber; each written by its reader only
 	)
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
@@ -578,11 +634,18 @@ func TestGraphBenchClients(t *testing.T) {
 			raw, err := os.ReadFile(path)
 			must(t, err)
 			conns = subscribeAll(t, ctx, url, strings.Fields(string(raw)))
-			for _, c := range conns {
+			received, repeated = make([]int, len(conns)), make([]int, len(conns))
+			for i, c := range conns {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					benchRead(ctx, c, func(ms float64) {
+					var last uint64
+					benchRead(ctx, c, func(ms float64, seq uint64) {
+						received[i]++
+						if seq <= last {
+							repeated[i]++
+						}
+						last = seq
 						mu.Lock()
 						lat = append(lat, ms)
 						mu.Unlock()
@@ -599,9 +662,25 @@ func TestGraphBenchClients(t *testing.T) {
 		_ = c.CloseNow()
 	}
 	wg.Wait()
-	b, err := json.Marshal(percentiles(lat))
+	st := percentiles(lat)
+	st.Received, st.Repeated = received, repeated
+	b, err := json.Marshal(st)
 	must(t, err)
 	fmt.Println("benchclient: stats " + string(b))
+}
+
+// cursorSeq returns the change position in a change cursor
+// (base64 of "version:epoch:seq"), or 0 when it is not one.
+func cursorSeq(cursor string) uint64 {
+	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseUint(string(raw[bytes.LastIndexByte(raw, ':')+1:]), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // timeQ3 times n sequential Q3 queries after a warm-up.
@@ -676,13 +755,17 @@ func benchSubscribe(ctx context.Context, url, token string) (*websocket.Conn, er
 }
 
 // benchRead reads events until ctx ends, answering pings, and reports each
-// event's delay since its commit.
-func benchRead(ctx context.Context, c *websocket.Conn, record func(ms float64)) {
+// event's delay since its commit and its change position (read from its
+// cursor, see encodeChangeCursor).
+func benchRead(ctx context.Context, c *websocket.Conn, record func(ms float64, seq uint64)) {
 	var m struct {
 		Type    string
 		Payload struct {
 			Data struct {
-				ObjectChanges struct{ Object struct{ UpdatedAt time.Time } }
+				ObjectChanges struct {
+					Cursor string
+					Object struct{ UpdatedAt time.Time }
+				}
 			}
 		}
 	}
@@ -700,7 +783,8 @@ func benchRead(ctx context.Context, c *websocket.Conn, record func(ms float64)) 
 		case "ping":
 			_ = c.Write(ctx, websocket.MessageText, []byte(`{"type":"pong"}`))
 		case "next":
-			record(float64(now.Sub(m.Payload.Data.ObjectChanges.Object.UpdatedAt).Microseconds()) / 1e3)
+			e := &m.Payload.Data.ObjectChanges
+			record(float64(now.Sub(e.Object.UpdatedAt).Microseconds())/1e3, cursorSeq(e.Cursor))
 		}
 	}
 }
