@@ -81,11 +81,18 @@ func (s *Store) RemoveCluster(ctx context.Context, name string) error {
 // GetCluster returns a cluster row and adds to w a watch on it. The row is
 // shared and must not be mutated.
 func (s *Store) GetCluster(w *Watch, name string) (*Cluster, bool) {
+	c, ch := s.clusterWatch(name)
+	w.add(ch)
+	return c, c != nil
+}
+
+// clusterWatch returns a cluster's row (nil for none) and a channel that
+// is closed when the row changes, appears or goes.
+func (s *Store) clusterWatch(name string) (*Cluster, <-chan struct{}) {
 	ch, raw, err := s.db.Txn(false).FirstWatch(tableClusters, indexID, memKey(compoundKey(name)))
 	must(err)
-	w.add(ch)
-	c, ok := raw.(*Cluster)
-	return c, ok
+	c, _ := raw.(*Cluster)
+	return c, ch
 }
 
 // ListClusters returns every cluster row in name order and adds to w a

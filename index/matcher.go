@@ -68,9 +68,22 @@ func newMatcher(f Filter, a *Access, clusterLabels func(string) map[string]strin
 
 // Match reports whether o is visible and passes the filter.
 func (m *Matcher) Match(o *Object) bool {
-	if o == nil || !m.access.Allows(o.Cluster, GroupResource{Group: o.Group, Resource: o.Resource}, o.Namespace, o.Name) {
-		return false
-	}
+	return o != nil && m.visible(o) && m.passes(o)
+}
+
+// visible reports whether the viewer may see o.
+func (m *Matcher) visible(o *Object) bool {
+	return m.access.Allows(o.Cluster, GroupResource{Group: o.Group, Resource: o.Resource}, o.Namespace, o.Name)
+}
+
+// sameAccessKey reports whether a and b are the same object as access
+// sees it: Access.Allows reads only these fields.
+func sameAccessKey(a, b *Object) bool {
+	return a.Cluster == b.Cluster && a.Group == b.Group && a.Resource == b.Resource && a.Namespace == b.Namespace && a.Name == b.Name
+}
+
+// passes reports whether o passes the filter.
+func (m *Matcher) passes(o *Object) bool {
 	f := &m.f
 	if len(f.Clusters) > 0 && !slices.Contains(f.Clusters, o.Cluster) {
 		return false
@@ -105,7 +118,17 @@ func (m *Matcher) Classify(e *Event) (t EventType, ok bool) {
 	case EventAdded, EventDeleted:
 		return e.Type, m.Match(e.Object())
 	case EventModified:
-		now, before := m.Match(e.Object()), m.Match(e.Previous())
+		o, prev := e.Object(), e.Previous()
+		var now, before bool
+		if o != nil && prev != nil && sameAccessKey(o, prev) {
+			// One object's two states: the access check is the same.
+			if !m.visible(o) {
+				return 0, false
+			}
+			now, before = m.passes(o), m.passes(prev)
+		} else {
+			now, before = m.Match(o), m.Match(prev)
+		}
 		switch {
 		case now && before:
 			return EventModified, true

@@ -50,6 +50,17 @@ func collect(t *testing.T, s *Store, st *ObjectStream, upTo uint64) []ObjectChan
 	return nil
 }
 
+// nextObjectChange returns the stream's next change, failing the test
+// after 5 s.
+func nextObjectChange(t *testing.T, st *ObjectStream) ObjectChange {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctxb, 5*time.Second)
+	defer cancel()
+	c, err := st.Next(ctx)
+	mustNoErr(t, err)
+	return c
+}
+
 // visibleKeys pages through a query and returns the keys it shows and the
 // sequence number of its first page.
 func visibleKeys(t *testing.T, s *Store, f Filter, a *Access) (map[Key]bool, uint64) {
@@ -213,10 +224,7 @@ func TestObjectStreamFollowsAccess(t *testing.T) {
 	defer st.Close()
 	next := func() string {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(ctxb, 5*time.Second)
-		defer cancel()
-		c, err := st.Next(ctx)
-		mustNoErr(t, err)
+		c := nextObjectChange(t, st)
 		return c.Type.String() + " " + c.Object.Namespace + "/" + c.Object.Name
 	}
 	mustNoErr(t, s.Upsert(ctxb, pod("c1", "b", "hidden", StatusHealthy, nil)))
@@ -421,5 +429,27 @@ func TestClusterAndFleetStreams(t *testing.T) {
 	mustNoErr(t, s.Upsert(ctxb, policyRow(KindClusterRole, "", "grant", nil))) // a policy event wakes the fleet stream
 	if m := nextFleet(); m != "All 2 clusters synced (1 disconnected, showing last known state)" {
 		t.Errorf("fleet status after the grant %q", m)
+	}
+}
+
+// TestObjectStreamStaleness: each change carries its cluster's staleness
+// as of the change's delivery, however often the cluster's row changes
+// between changes (the stream keeps the rows it read until they change).
+func TestObjectStreamStaleness(t *testing.T) {
+	s, clk := newTestStore(t)
+	st, err := s.ObjectChanges(ObjectChangesRequest{After: s.LastSeq(), Access: staticAccess(&Access{All: true})})
+	mustNoErr(t, err)
+	defer st.Close()
+	for i, state := range []ConnectionState{StateConnected, StateDisconnected, StateDisconnected, StateDegraded, StateConnecting, StateConnected} {
+		mustNoErr(t, s.UpsertCluster(ctxb, Cluster{Name: "c1", Mode: ModePull, State: state, Since: clk.Now().Add(time.Duration(i) * time.Second)}))
+		mustNoErr(t, s.Upsert(ctxb, pod("c1", "ns", fmt.Sprintf("p%d", i), StatusHealthy, nil)))
+		mustNoErr(t, s.Upsert(ctxb, pod("c2", "ns", fmt.Sprintf("p%d", i), StatusHealthy, nil))) // c2 has no row
+		want := Cluster{State: state}
+		if c := nextObjectChange(t, st); c.Object.Cluster != "c1" || c.Stale != want.Stale() {
+			t.Fatalf("change %d in c1 (%s): stale %v, want %v", i, state, c.Stale, want.Stale())
+		}
+		if c := nextObjectChange(t, st); c.Object.Cluster != "c2" || c.Stale {
+			t.Fatalf("change %d in c2, which has no row: stale %v", i, c.Stale)
+		}
 	}
 }
