@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/fleetgraph/fleetgraph/connection"
+	"github.com/fleetgraph/fleetgraph/connection/edge"
 	"github.com/fleetgraph/fleetgraph/internal/testcluster"
 )
 
@@ -68,6 +69,39 @@ func (lt *leaseTest) snapshot(t *testing.T) cache.Store {
 	return st
 }
 
+// freeze gives a driven collector a fake clock and, as its lease cache, a
+// snapshot of the leases that never changes.
+func (lt *leaseTest) freeze(t *testing.T, tc *testCollector) (*clocktesting.FakeClock, cache.Store) {
+	t.Helper()
+	clock := clocktesting.NewFakeClock(time.Now())
+	frozen := lt.snapshot(t)
+	tc.collector.mu.Lock()
+	tc.collector.clock, tc.collector.cached = clock, frozen
+	tc.collector.mu.Unlock()
+	return clock, frozen
+}
+
+// waitRenewed waits until collector id has renewed its lease since the
+// frozen cache was taken.
+func (lt *leaseTest) waitRenewed(t *testing.T, frozen cache.Store, id string) {
+	t.Helper()
+	obj, ok, err := frozen.GetByKey(lt.ns + "/" + collectorLeaseName(id))
+	if err != nil || !ok {
+		t.Fatalf("the lease of %s is not in the frozen cache: %v", id, err)
+	}
+	seen := obj.(metav1.Object).GetResourceVersion()
+	waitFor(t, id+" renews its lease", 30*time.Second, func() error {
+		l, err := lt.kube.CoordinationV1().Leases(lt.ns).Get(t.Context(), collectorLeaseName(id), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if l.ResourceVersion == seen {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+}
+
 // round is one reconcile round of a collector the test drives, and the
 // take-over or release it started for cluster.
 func round(tc *testCollector, cluster string) {
@@ -105,30 +139,12 @@ func TestStaleCacheJudgesNobodyDead(t *testing.T) {
 	})
 
 	a := newCollector(t, s, "a", lt.cluster.Config, lt.ns, leaves)
-	clock := clocktesting.NewFakeClock(time.Now())
-	frozen := lt.snapshot(t)
-	a.collector.mu.Lock()
-	a.collector.clock, a.collector.cached = clock, frozen
-	a.collector.mu.Unlock()
+	clock, frozen := lt.freeze(t, a)
 	round(a, cluster)
 	if got := a.holds(); len(got) != 0 {
 		t.Fatalf("a took %v while b is alive", got)
 	}
-	obj, ok, err := frozen.GetByKey(lt.ns + "/" + collectorLeaseName("b"))
-	if err != nil || !ok {
-		t.Fatalf("b's lease is not in a's cache: %v", err)
-	}
-	seen := obj.(metav1.Object).GetResourceVersion()
-	waitFor(t, "b renews its lease", 30*time.Second, func() error {
-		l, err := lt.kube.CoordinationV1().Leases(lt.ns).Get(t.Context(), collectorLeaseName("b"), metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if l.ResourceVersion == seen {
-			return errors.New("not yet")
-		}
-		return nil
-	})
+	lt.waitRenewed(t, frozen, "b")
 
 	// a resumes: by its clock, two lease durations have passed since its
 	// cache last showed b's lease change.
@@ -269,5 +285,37 @@ func TestLostClusterAssignedElsewhereIsReleased(t *testing.T) {
 	})
 	if got := a.holds(); len(got) != 0 {
 		t.Fatalf("a holds %v", got)
+	}
+}
+
+// TestStaleCacheRefusesToAdoptAnEdge is TestStaleCacheJudgesNobodyDead for
+// a push cluster: after its pause, collector a neither adopts the cluster
+// whose edge is connected to the live collector b (as an orphan) nor lets
+// another edge instance claim it (as if b had died).
+func TestStaleCacheRefusesToAdoptAnEdge(t *testing.T) {
+	lt := startLeaseTest(t)
+	const cluster = "edge-leaf"
+	s := natsServer(t)
+	b := startCollector(t, s, "b", lt.cluster.Config, lt.ns, nil)
+	waitOwnLease(t, b.collector)
+	must(t, b.collector.Claim(t.Context(), cluster, "vm-1"))
+
+	a := newCollector(t, s, "a", lt.cluster.Config, lt.ns, nil)
+	clock, frozen := lt.freeze(t, a)
+	round(a, cluster)
+	lt.waitRenewed(t, frozen, "b")
+
+	clock.Step(2 * a.collector.ls.duration)
+	round(a, cluster)
+	if got := a.holds(); len(got) != 0 {
+		t.Fatalf("after its pause, a adopted %v from the live collector b", got)
+	}
+	err := a.collector.Claim(t.Context(), cluster, "vm-2")
+	var reject *edge.Reject
+	if !errors.As(err, &reject) || reject.Reason != edge.ReasonAlreadyClaimed {
+		t.Fatalf("another edge's claim at a after its pause: %v, want already claimed (at b)", err)
+	}
+	if l := lt.clusterLease(t, cluster); l.holder != b.collector.incarnation || l.instance != "vm-1" {
+		t.Fatalf("the cluster's lease names %q for edge %q, want b (%s) for vm-1", l.holder, l.instance, b.collector.incarnation)
 	}
 }
