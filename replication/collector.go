@@ -67,9 +67,11 @@ type CollectorOptions struct {
 // Concurrency: Run's goroutine renews the collector's lease and
 // reconciles every second and on every lease change; each take-over or
 // release of a cluster runs with that cluster's lock held, on a goroutine
-// of its own (reconcile) or the edge's handler (Claim). mu guards the
-// maps and is never held across a call to the API server, NATS or the
-// Manager.
+// of its own (reconcile) or the edge's handler (Claim). Both judge the
+// other collectors (view: members is written by Run's goroutine and by
+// Claim handlers), one confirming read at a time (confirming, taken
+// before mu). mu guards the maps and is never held across a call to the
+// API server, NATS or the Manager.
 type Collector struct {
 	opts        CollectorOptions
 	node        *Node
@@ -83,6 +85,8 @@ type Collector struct {
 	// clock measures lease liveness: its monotonic readings, never a
 	// comparison with another process's clock (tests pass a fake one).
 	clock clock.PassiveClock
+
+	confirming sync.Mutex // one confirming read at a time (see view)
 
 	hubMu sync.Mutex
 	hub   *edge.Hub
@@ -115,7 +119,7 @@ type held struct {
 type member struct {
 	id, holder string
 	rv         string
-	observed   time.Time // when the cache showed rv first, on this process's clock
+	observed   time.Time // read just after the cache showed rv first, on this process's clock
 	firstSeen  time.Time // when this process first saw this holder alive
 	// What the API server answered when the cache made the collector look
 	// dead: readRV, first read at readAt; dead once a read confirmed it

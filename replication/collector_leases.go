@@ -13,6 +13,16 @@ import (
 	"github.com/fleetgraph/fleetgraph/connection/edge"
 )
 
+// suspect is a collector's lease that look found unchanged for a lease
+// duration: the member, and its version and observed time then. confirm
+// judges that, and skips a member another view saw change meanwhile.
+type suspect struct {
+	name     string
+	m        *member
+	rv       string
+	observed time.Time
+}
+
 // view is the leases as one reconcile round sees them.
 type view struct {
 	now      time.Time
@@ -61,25 +71,42 @@ func (c *Collector) renew(ctx context.Context, now time.Time) {
 // live collector's lease as it was before; its renewals made meanwhile
 // arrive later. Without a confirmed verdict, this process took a live
 // collector's clusters the moment it resumed from a pause.
-func (c *Collector) view(ctx context.Context, now time.Time) (*view, error) {
-	v, suspects := c.look(now)
+//
+// Run's goroutine and Claim handlers both call view. One confirm runs at a
+// time, and it judges the suspects of a look made under the same lock: a
+// view waiting for another's confirm looks again, and finds the suspects
+// that one judged.
+func (c *Collector) view(ctx context.Context) (*view, error) {
+	v, suspects := c.look()
 	if len(suspects) == 0 || v.alive[c.incarnation] == "" {
 		return v, nil // without a live lease of its own, it takes nothing anyway
+	}
+	c.confirming.Lock()
+	defer c.confirming.Unlock()
+	if v, suspects = c.look(); len(suspects) == 0 {
+		return v, nil
 	}
 	if err := c.confirm(ctx, suspects); err != nil {
 		return nil, err
 	}
-	v, _ = c.look(now)
+	v, _ = c.look()
 	return v, nil
 }
 
 // look reads the leases from the cache and works out which collectors are
 // alive: a collector's lease is alive while the cache showed it change
 // (on this process's clock) less than a lease duration ago. One older than
-// that is dead once a read confirmed it, and a suspect (returned, by lease
-// name, and counted alive) until then.
-func (c *Collector) look(now time.Time) (v *view, suspects []string) {
-	v = &view{now: now, clusters: map[string]*clusterLease{}, alive: map[string]string{}, settled: map[string]bool{}}
+// that is dead once a read confirmed it, and a suspect (returned, and
+// counted alive) until then. A verdict holds for the version and time it
+// judged: it is cleared whenever observed moves forward.
+//
+// The clock is read after the cache: a version the cache shows now reached
+// it at that time or before, so the time is a safe start of the interval
+// the version stays unchanged (client-go's leaderelection stamps its
+// observedTime after the read in the same way). A time read before the
+// cache, and a pause or a slow call in between, would date a fresh
+// renewal back and judge a live collector dead.
+func (c *Collector) look() (v *view, suspects []suspect) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	seen := map[string]bool{}
@@ -87,6 +114,8 @@ func (c *Collector) look(now time.Time) (v *view, suspects []string) {
 	if c.cached != nil {
 		cached = c.cached.List()
 	}
+	now := c.clock.Now()
+	v = &view{now: now, clusters: map[string]*clusterLease{}, alive: map[string]string{}, settled: map[string]bool{}}
 	for _, obj := range cached {
 		l := obj.(*coordinationv1.Lease)
 		switch l.Labels[labelLease] {
@@ -103,13 +132,15 @@ func (c *Collector) look(now time.Time) (v *view, suspects []string) {
 					m = &member{id: l.Annotations[annCollector], holder: holder, firstSeen: now}
 					c.members[l.Name] = m
 				}
-				m.rv, m.observed = l.ResourceVersion, now
-				if m.rv == m.readRV {
+				observed := now
+				if l.ResourceVersion == m.readRV {
 					// A read showed this version first: it is as old as that.
-					m.observed = m.readAt
-				} else {
+					observed = m.readAt
+				}
+				if observed.After(m.observed) {
 					m.dead = false
 				}
+				m.rv, m.observed = l.ResourceVersion, observed
 			}
 		}
 	}
@@ -125,7 +156,7 @@ func (c *Collector) look(now time.Time) (v *view, suspects []string) {
 			if m.dead {
 				continue
 			}
-			suspects = append(suspects, name)
+			suspects = append(suspects, suspect{name: name, m: m, rv: m.rv, observed: m.observed})
 		}
 		v.alive[m.holder] = m.id
 		v.settled[m.id] = now.Sub(m.firstSeen) >= c.ls.duration
@@ -154,36 +185,42 @@ func (c *Collector) look(now time.Time) (v *view, suspects []string) {
 // shows a version the cache has not (yet) is a renewal: the collector is
 // alive, whatever the cache says.
 //
-// Every time is on this process's monotonic clock, and at is taken before
-// the request: what the read shows was still current at at or later, so
-// a version unchanged from observed (or readAt) to at was not renewed for
-// at least that long, however long this process was stopped in between.
-func (c *Collector) confirm(ctx context.Context, suspects []string) error {
-	at := c.clock.Now()
+// Every time is on this process's monotonic clock. before is taken before
+// the request and ends an interval: what the read shows was still current
+// at before or later, so a version unchanged from observed (or readAt) to
+// before was not renewed for at least that long, however long this
+// process was stopped in between. after is taken when the answer is in and
+// starts one: a version the read shows was written before after, so
+// readAt = after never dates a renewal back.
+func (c *Collector) confirm(ctx context.Context, suspects []suspect) error {
+	before := c.clock.Now()
 	list, err := c.ls.listCollectors(ctx)
 	if err != nil {
 		return err
 	}
+	after := c.clock.Now()
 	read := make(map[string]*coordinationv1.Lease, len(list))
 	for i := range list {
 		read[list[i].Name] = &list[i]
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, name := range suspects {
-		m := c.members[name]
-		if m == nil {
-			continue
+	for _, s := range suspects {
+		m := s.m
+		if c.members[s.name] != m || m.rv != s.rv || !m.observed.Equal(s.observed) || m.dead {
+			continue // the cache showed a change (or a holder change) since look
 		}
-		l := read[name]
+		l := read[s.name]
 		switch {
-		case l == nil, ptr.Deref(l.Spec.HolderIdentity, "") != m.holder, l.ResourceVersion == m.rv:
+		case l == nil, ptr.Deref(l.Spec.HolderIdentity, "") != m.holder:
 			m.dead = true
+		case l.ResourceVersion == m.rv:
+			m.dead = before.Sub(m.observed) >= c.ls.duration
 		case l.ResourceVersion != m.readRV:
-			m.readRV, m.readAt = l.ResourceVersion, at
+			m.readRV, m.readAt = l.ResourceVersion, after
 			c.metrics.checks.WithLabelValues("alive").Inc()
 			c.log.Info("the lease cache is behind: a collector it shows unchanged renewed its lease", "collector", m.id, "incarnation", m.holder)
-		case at.Sub(m.readAt) >= c.ls.duration:
+		case before.Sub(m.readAt) >= c.ls.duration:
 			m.dead = true
 		}
 		if m.dead {
@@ -198,7 +235,7 @@ func (c *Collector) confirm(ctx context.Context, suspects []string) error {
 func (c *Collector) reconcileLeases(ctx context.Context) {
 	now := c.clock.Now()
 	c.renew(ctx, now)
-	v, err := c.view(ctx, now)
+	v, err := c.view(ctx)
 	if err != nil {
 		c.log.Warn("reading the collectors' leases", "err", err)
 		return
@@ -415,7 +452,7 @@ func (c *Collector) Claim(ctx context.Context, cluster, instance string) error {
 		obj = cur.obj
 		dead := false
 		if cur.holder != "" && cur.holder != c.incarnation {
-			if dead, err = c.isDead(ctx, now, cur.holder); err != nil {
+			if dead, err = c.isDead(ctx, cur.holder); err != nil {
 				return retryLater("%v", err)
 			}
 		}
@@ -521,8 +558,8 @@ func (c *Collector) noteEdge(ctx context.Context, cluster, instance string, rele
 // (not the cache). The cache, if it is behind that read, may not know the
 // holder yet: then its collector lease is read too, and it is alive if
 // that lease names it.
-func (c *Collector) isDead(ctx context.Context, now time.Time, holder string) (bool, error) {
-	v, err := c.view(ctx, now)
+func (c *Collector) isDead(ctx context.Context, holder string) (bool, error) {
+	v, err := c.view(ctx)
 	if err != nil {
 		return false, err
 	}

@@ -1,0 +1,143 @@
+package replication
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	coordv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/tools/cache"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+)
+
+// These tests drive look and confirm (view) by hand: the lease cache is a
+// Store the test writes, the API server a stub that answers what the test
+// says, and the clock a fake one. They need no kube-apiserver; the
+// interleavings they pin down (a pause inside a round, a Claim's view
+// between a round's look and its confirm) cannot be timed on a real one.
+
+// stubKube answers the collector leases' reads from items.
+type stubKube struct {
+	kubernetes.Interface
+	leases *stubLeases
+}
+
+func (s stubKube) CoordinationV1() coordv1client.CoordinationV1Interface {
+	return stubCoord{leases: s.leases}
+}
+
+type stubCoord struct {
+	coordv1client.CoordinationV1Interface
+	leases *stubLeases
+}
+
+func (s stubCoord) Leases(string) coordv1client.LeaseInterface { return s.leases }
+
+type stubLeases struct {
+	coordv1client.LeaseInterface
+	items []coordinationv1.Lease
+	lists int
+}
+
+func (s *stubLeases) List(context.Context, metav1.ListOptions) (*coordinationv1.LeaseList, error) {
+	s.lists++
+	return &coordinationv1.LeaseList{Items: s.items}, nil
+}
+
+// viewTest is collector a (incarnation a/1, renewing) with a lease cache
+// that shows what the test puts in it.
+type viewTest struct {
+	c     *Collector
+	clock *clocktesting.FakeClock
+	cache cache.Store
+	api   *stubLeases
+}
+
+const viewTestDuration = 15 * time.Second
+
+func newViewTest() *viewTest {
+	vt := &viewTest{
+		clock: clocktesting.NewFakeClock(time.Now()),
+		cache: cache.NewStore(cache.DeletionHandlingMetaNamespaceKeyFunc),
+		api:   &stubLeases{},
+	}
+	vt.c = &Collector{
+		ls:    &leases{client: stubKube{leases: vt.api}, namespace: "ns", duration: viewTestDuration},
+		clock: vt.clock, cached: vt.cache, members: map[string]*member{}, metrics: newCollectorMetrics(),
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)), id: "a", incarnation: "a/1",
+	}
+	vt.c.renewed = vt.clock.Now()
+	return vt
+}
+
+// collectorB is collector b's lease (incarnation b/1) at version rv.
+func collectorB(rv string) *coordinationv1.Lease {
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: "ns", Name: collectorLeaseName("b"), ResourceVersion: rv,
+			Labels: map[string]string{labelLease: leaseCollector}, Annotations: map[string]string{annCollector: "b"},
+		},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("b/1")},
+	}
+}
+
+// A pause (or a slow renew) between a round's start and its cache read
+// must not date a renewal the cache shows after it back to the start.
+func TestViewDatesRenewalsAfterTheCacheRead(t *testing.T) {
+	vt := newViewTest()
+	must(t, vt.cache.Add(collectorB("1")))
+	vt.c.look()
+	// A round starts; renew blocks (SIGSTOP, a slow API server) for 60 s.
+	// Meanwhile b renewed (version 2), and the cache shows it when the
+	// round reads it.
+	vt.clock.Step(60 * time.Second)
+	must(t, vt.cache.Update(collectorB("2")))
+	vt.c.look()
+	// The next round, 1 s later: b's version 2 is 1 s old.
+	vt.clock.Step(time.Second)
+	vt.c.renewed = vt.clock.Now()
+	vt.api.items = []coordinationv1.Lease{*collectorB("2")}
+	v, err := vt.c.view(context.Background())
+	must(t, err)
+	if v.alive["b/1"] == "" {
+		t.Errorf("b, which renewed 1 s ago, is judged dead (lists: %d)", vt.api.lists)
+	}
+}
+
+// A confirm judges the suspect its look returned: when another view (a
+// Claim's) sees the cache catch up meanwhile, the confirm must not mark
+// the fresh version dead, a verdict that would fire later on the cache's
+// word alone, with no read.
+func TestViewConfirmJudgesTheSuspectItWasGiven(t *testing.T) {
+	vt := newViewTest()
+	must(t, vt.cache.Add(collectorB("1")))
+	vt.c.look()
+	vt.clock.Step(viewTestDuration)
+	vt.c.renewed = vt.clock.Now()
+	_, suspects := vt.c.look() // reconcile's look: b is a suspect
+	if len(suspects) != 1 {
+		t.Fatalf("suspects: %v, want b", suspects)
+	}
+	// The cache catches up (b renewed: version 2); a Claim's view looks
+	// meanwhile, and reconcile's confirm reads version 2.
+	must(t, vt.cache.Update(collectorB("2")))
+	vt.c.look()
+	vt.api.items = []coordinationv1.Lease{*collectorB("2")}
+	must(t, vt.c.confirm(context.Background(), suspects))
+	// The cache stalls now (or this process is paused); b keeps renewing.
+	vt.api.items = []coordinationv1.Lease{*collectorB("7")}
+	vt.clock.Step(viewTestDuration)
+	vt.c.renewed = vt.clock.Now()
+	before := vt.api.lists
+	v, err := vt.c.view(context.Background())
+	must(t, err)
+	if v.alive["b/1"] == "" {
+		t.Errorf("b (renewing on the API server: version 7) is judged dead; reads: %d", vt.api.lists-before)
+	}
+}
