@@ -22,7 +22,8 @@ import (
 // DefaultRelist is the default interval of the full relist that every kind
 // repeats as anti-entropy (docs/design.md: a full sync every 30 seconds). A
 // relist goes through Replace, whose change detection makes an unchanged
-// relist cost no events.
+// relist cost no events, and runs beside the kind's watch, which keeps
+// delivering changes while it lists (see rowStore.reconcile).
 const DefaultRelist = 30 * time.Second
 
 const (
@@ -80,8 +81,9 @@ type Config struct {
 // Run is one collection of one cluster, started by Start.
 //
 // Concurrency: Start runs discovery on the caller's goroutine, then starts
-// one goroutine per present kind plus one that re-runs discovery every
-// relist interval to pick up kinds that appear later (a CRD installed after
+// two goroutines per present kind (its reflector's list and watch, and its
+// anti-entropy relist) plus one that re-runs discovery every relist
+// interval to pick up kinds that appear later (a CRD installed after
 // start). All of them stop when the context passed to Start ends; Wait
 // returns after the last one has, so that no write from this run reaches
 // the sink after Wait.
@@ -268,9 +270,18 @@ func (r *Run) startKind(ctx context.Context, p plannedKind) {
 	}()
 }
 
-// collectKind lists and watches one kind until ctx ends. Each cycle lists
-// everything (a Replace), watches for the relist interval, and starts over.
-// A failing list is reported and retried with the retry.KindList backoff.
+// collectKind lists and watches one kind until ctx ends: a reflector lists
+// everything (a Replace) and watches from there, re-watching from its last
+// resource version when a watch times out and listing again only when the
+// watch fails or its resource version expired (410). Beside it, antiEntropy
+// relists the kind every relist interval without stopping the watch. A
+// failing list is reported and retried with the retry.KindList backoff.
+//
+// Measured with fleetbench fleet (10 simulated clusters, 1,000 pod changes
+// a second): when the relist stopped the watch and listed afresh every
+// 30 s, a change made while its kind relisted waited for the whole listing
+// (0.6-3.4 s for 3,000 pods on a loaded machine), and the p99 from a
+// change on a leaf to its row was 2.1-2.3 s against a p50 of 0.6 ms.
 func (r *Run) collectKind(ctx context.Context, p plannedKind) {
 	gvr := schema.GroupVersionResource{Group: p.kind.Group, Version: p.kind.Version, Resource: p.kind.Resource}
 	lw := &signallingListWatch{inner: p.adapter.listWatch(r.cfg.Clients, gvr), report: func(err error) {
@@ -281,17 +292,20 @@ func (r *Run) collectKind(ctx context.Context, p plannedKind) {
 		Name:            r.cfg.Cluster + "/" + p.kind.GroupKind(),
 		TypeDescription: p.kind.GroupKind(),
 	})
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.antiEntropy(ctx, lw, store)
+	}()
 	backoff := retry.New(retry.KindList, nil)
 	for ctx.Err() == nil {
-		cycle, cancel := context.WithTimeout(ctx, retry.Jitter(r.cfg.Relist, relistJitter))
-		err := reflector.ListAndWatchWithContext(cycle)
-		cancel()
+		err := reflector.ListAndWatchWithContext(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		if err == nil {
 			backoff.Reset()
-			continue // the cycle ended: relist
+			continue // the watch failed after a good list: list again
 		}
 		if apierrors.IsGone(err) || apierrors.IsResourceExpired(err) {
 			// The resource version is too old (410): an ordinary
@@ -310,6 +324,25 @@ func (r *Run) collectKind(ctx context.Context, p plannedKind) {
 		r.cfg.OnEvent(Event{Type: KindFailed, Kind: p.kind, Err: err})
 		if !backoff.Sleep(ctx, wait) {
 			return
+		}
+	}
+}
+
+// antiEntropy relists a kind every relist interval (jittered) while its
+// watch runs, so that a missed watch event cannot leave a row wrong for
+// longer. A failed relist is only logged: the reflector, which fails on
+// the same trouble, owns reporting it, and the next interval tries again.
+func (r *Run) antiEntropy(ctx context.Context, lw cache.ListerWatcher, store *rowStore) {
+	for {
+		t := time.NewTimer(retry.Jitter(r.cfg.Relist, relistJitter))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if err := store.reconcile(ctx, lw); err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Debug("anti-entropy relist failed", "cluster", r.cfg.Cluster, "kind", store.kind.GroupKind(), "err", err)
 		}
 	}
 }

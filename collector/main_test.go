@@ -4,10 +4,13 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/fleetgraph/fleetgraph/internal/testcluster"
 )
 
 // The collector's reflectors and rediscovery run against real clusters in
-// connection's tests; this guard covers the goroutines of its own tests.
+// connection's tests and in TestRelistKeepsTheWatchRunning; this guard
+// covers the goroutines of its own tests.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testcluster.LeakOptions()...)
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/pager"
 
 	"github.com/fleetgraph/fleetgraph/index"
 )
@@ -28,11 +29,27 @@ import (
 // objects syncing at once), holding the decoded objects took the
 // collector's RSS past 2.5 GiB, and its garbage collector kept the process
 // so busy that HTTP/2 pings went unanswered and connections were dropped.
+//
+// Its writes come from two goroutines: the reflector's (Add, Update,
+// Delete, Replace) and the kind's anti-entropy relist (reconcile). mu
+// serializes them, so that a relist's Replace and the watch's writes
+// reach the sink in one order.
 type rowStore struct {
 	ctx     context.Context
 	run     *Run
 	adapter *Adapter
 	kind    index.Kind
+
+	mu sync.Mutex
+	// synced is set by the reflector's first Replace: a relist before it
+	// would race the first listing.
+	synced bool
+	// lists counts the reflector's Replaces: a relist that saw one land
+	// while it listed is older than it, and is dropped.
+	lists uint64
+	// recent, while a relist is in flight, holds what the watch wrote
+	// since it started, by key: the row, or nil for a delete.
+	recent map[index.Key]*index.Object
 }
 
 var _ cache.TransformingStore = (*rowStore)(nil)
@@ -68,6 +85,11 @@ func (s *rowStore) upsert(obj any) error {
 	if err != nil || !ok {
 		return err
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.recent != nil {
+		s.recent[row.Key()] = &row
+	}
 	return s.run.cfg.Sink.Upsert(s.ctx, row)
 }
 
@@ -79,13 +101,19 @@ func (s *rowStore) Delete(obj any) error {
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", s.kind.GroupKind(), err)
 	}
-	return s.run.cfg.Sink.Delete(s.ctx, index.Key{
+	key := index.Key{
 		Cluster: s.run.cfg.Cluster, Group: s.kind.Group, Kind: s.kind.Kind,
 		Namespace: acc.GetNamespace(), Name: acc.GetName(),
-	})
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.recent != nil {
+		s.recent[key] = nil
+	}
+	return s.run.cfg.Sink.Delete(s.ctx, key)
 }
 
-// Replace is a full list: it replaces every row of the kind.
+// Replace is the reflector's full list: it replaces every row of the kind.
 func (s *rowStore) Replace(list []any, _ string) error {
 	rows := make([]index.Object, 0, len(list))
 	for _, obj := range list {
@@ -97,11 +125,103 @@ func (s *rowStore) Replace(list []any, _ string) error {
 			rows = append(rows, row)
 		}
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.synced = true
+	s.lists++
+	s.recent = nil
+	return s.replace(rows)
+}
+
+// replace replaces every row of the kind with rows. mu must be held.
+func (s *rowStore) replace(rows []index.Object) error {
 	if err := s.run.cfg.Sink.Replace(s.ctx, s.run.cfg.Cluster, s.kind, rows); err != nil {
 		return err
 	}
 	s.run.cfg.OnEvent(Event{Type: KindSynced, Kind: s.kind})
 	return nil
+}
+
+// reconcile is the anti-entropy relist: it lists the kind (a consistent
+// read, a page at a time) while the watch keeps writing, then replaces the
+// kind's rows with the listing, except where the watch wrote while it
+// listed: there the watch's word stands (its row, or no row where it
+// deleted), because the listing may be older than what the watch
+// delivered. A key the watch did not touch since the listing started has
+// no newer state in the sink than the listing's, so the listing is right
+// for it, and a change the watch missed is repaired. Nothing compares
+// resource versions.
+//
+// The watch waits only while the sink replaces, not while the kind lists.
+// It does nothing before the reflector's first listing, and drops its
+// listing when the reflector listed again meanwhile (that one is newer).
+func (s *rowStore) reconcile(ctx context.Context, lw cache.ListerWatcher) error {
+	s.mu.Lock()
+	if !s.synced {
+		s.mu.Unlock()
+		return nil
+	}
+	lists := s.lists
+	s.recent = map[index.Key]*index.Object{}
+	s.mu.Unlock()
+
+	rows, err := s.list(ctx, lw)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	recent := s.recent
+	s.recent = nil
+	if err != nil {
+		return fmt.Errorf("relist %s: %w", s.kind.GroupKind(), err)
+	}
+	if s.lists != lists {
+		return nil
+	}
+	return s.replace(withRecent(rows, recent))
+}
+
+// list lists every row of the kind through the pager (pages of 500).
+func (s *rowStore) list(ctx context.Context, lw cache.ListerWatcher) ([]index.Object, error) {
+	lwc := cache.ToListerWatcherWithContext(lw)
+	p := pager.New(pager.SimplePageFunc(func(opts metav1.ListOptions) (runtime.Object, error) {
+		return lwc.ListWithContext(ctx, opts)
+	}))
+	var rows []index.Object
+	err := p.EachListItem(ctx, metav1.ListOptions{}, func(obj runtime.Object) error {
+		row, ok, err := s.row(obj)
+		if ok {
+			rows = append(rows, row)
+		}
+		return err
+	})
+	return rows, err
+}
+
+// withRecent returns a listing with the watch's word in place of the
+// listing's on every key in recent: the watch's row instead of the listed
+// one (added if the listing lacks it), and no row where the watch deleted.
+func withRecent(rows []index.Object, recent map[index.Key]*index.Object) []index.Object {
+	if len(recent) == 0 {
+		return rows
+	}
+	out := rows[:0]
+	for _, row := range rows {
+		k := row.Key()
+		w, ok := recent[k]
+		switch {
+		case !ok:
+			out = append(out, row)
+		case w != nil:
+			out = append(out, *w)
+		}
+		delete(recent, k)
+	}
+	for _, w := range recent {
+		if w != nil {
+			out = append(out, *w)
+		}
+	}
+	return out
 }
 
 // row normalizes an object. It returns false for objects the namespace

@@ -38,6 +38,7 @@ type fleetOptions struct {
 	verbose bool
 	profile string
 	heap    string
+	relist  time.Duration
 }
 
 // runFleet is fleetbench fleet: the real collector (connection.Manager, as
@@ -74,6 +75,7 @@ func runFleet(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.warmup, "warmup", 10*time.Second, "wait after the first sync before measuring")
 	fs.DurationVar(&o.window, "window", 60*time.Second, "steady-state measurement window (the collector relists every kind every 30 s, so keep it a multiple)")
 	fs.BoolVar(&o.verbose, "v", false, "log progress to stderr")
+	fs.DurationVar(&o.relist, "relist", 0, "the collector's anti-entropy relist interval (0: its default)")
 	fs.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of the steady-state window to this file")
 	fs.StringVar(&o.heap, "memprofile", "", "write a heap profile at the end of the window to this file")
 	if err := fs.Parse(args); err != nil {
@@ -183,7 +185,7 @@ func fleetOnce(ctx context.Context, n int, o fleetOptions) (fleetResult, error) 
 
 	listed, rbac := o.shape.objects()
 	store := index.New(memtables.Open)
-	mgr, err := connection.NewManager(connection.Options{Store: store, Logger: logger})
+	mgr, err := connection.NewManager(connection.Options{Store: store, Logger: logger, Relist: o.relist})
 	if err != nil {
 		return fleetResult{}, err
 	}
