@@ -47,7 +47,8 @@ type Config struct {
 	ExtraKinds []string
 	// Namespaces and ExcludeNamespaces filter collected objects.
 	Namespaces, ExcludeNamespaces []string
-	// Relist is the anti-entropy relist interval (default 30s).
+	// Relist is the anti-entropy relist interval (default
+	// collector.DefaultRelist, 5m).
 	Relist time.Duration
 	// ShutdownTimeout bounds how long Run waits, once its context ends,
 	// for websockets and event streams to be told the server is going away

@@ -23,6 +23,7 @@ import (
 
 	"github.com/fleetgraph/fleetgraph"
 	"github.com/fleetgraph/fleetgraph/authz"
+	"github.com/fleetgraph/fleetgraph/collector"
 	"github.com/fleetgraph/fleetgraph/connection"
 	"github.com/fleetgraph/fleetgraph/connection/edge"
 	"github.com/fleetgraph/fleetgraph/connection/sources"
@@ -131,7 +132,7 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	fl.StringSliceVar(&f.adminGroups, "admin-group", nil, "groups whose members see everything (repeatable)")
 	fl.StringSliceVar(&f.namespaces, "namespaces", nil, "collect only these namespaces")
 	fl.StringSliceVar(&f.excludeNamespaces, "exclude-namespaces", nil, "do not collect these namespaces")
-	fl.DurationVar(&f.relist, "relist", 30*time.Second, "interval of the full anti-entropy relist")
+	fl.DurationVar(&f.relist, "relist", collector.DefaultRelist, "interval of the full anti-entropy relist")
 	fl.BoolVar(&f.noIntrospection, "disable-introspection", false, "turn off GraphQL introspection")
 	fl.StringSliceVar(&f.originPatterns, "allowed-origins", nil, "extra origins (host patterns) allowed to open websockets; same-origin is always allowed")
 	fl.BoolVar(&f.allowAnonymous, "allow-anonymous", false, "let requests without credentials in as system:anonymous")
