@@ -129,16 +129,22 @@ func (s *agentSession) stream(ctx context.Context) error {
 	interval := resync.Interval
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
-	due := true
+	due, first := true, true
 	for {
 		if due || buf.fullDue() {
 			full := buf.takeFull()
 			if err := s.sendSnapshot(ctx, true, full.kinds, full.rows, s.a.currentMetadata()); err != nil {
 				return err
 			}
-			interval = resync.next(interval, full.changes, len(full.rows), full.overflowed)
+			// The session's first snapshot carries the first listing (or
+			// what piled up while disconnected): its rows count as
+			// changes but say nothing of churn. Adapting to them halved
+			// every session's first interval.
+			if !first {
+				interval = resync.next(interval, full.changes, len(full.rows), full.overflowed)
+			}
 			timer.Reset(interval)
-			due = false
+			due, first = false, false
 		}
 		snaps, errs := buf.takeKinds()
 		for _, ks := range snaps {

@@ -558,3 +558,40 @@ func TestEdgeBeforeRunWaits(t *testing.T) {
 	defer d.c.closeNow()
 	(&rawClient{t: t, conn: d.c}).welcome("edge-a", "i")
 }
+
+// TestFirstSnapshotKeepsTheResyncInterval: the first full snapshot of a
+// session carries the initial rows, which count as changes; the next full
+// resync must still come after the configured interval, not after the
+// halved one a busy cluster gets. (A timer never fires early, so the lower
+// bound cannot fail on a slow machine.)
+func TestFirstSnapshotKeepsTheResyncInterval(t *testing.T) {
+	store := index.New(memtables.Open)
+	hub, err := NewHub(HubOptions{Store: store, Tokens: NewStaticTokens(testTokens)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	hubDone := make(chan error, 1)
+	go func() { hubDone <- hub.Run(ctx) }()
+	srv := httptest.NewServer(hub)
+	t.Cleanup(func() { cancel(); <-hubDone; srv.Close() })
+
+	const interval = 2 * time.Second
+	a := startAgent(t, AgentOptions{Manager: srv.URL + "/edge", Cluster: "edge-b", Resync: ResyncOptions{Interval: interval, Min: 100 * time.Millisecond, Max: time.Hour}})
+	// Before the buffer is ready, so before the first snapshot is sent
+	// and the resync timer set.
+	before := time.Now()
+	if err := a.buf.Replace(ctx, "edge-b", testKind, testRows("edge-b", 100, "0")); err != nil {
+		t.Fatal(err)
+	}
+	a.buf.expect([]index.Kind{testKind})
+	conntest.Eventually(t, 10*interval, "the first resync", func() error {
+		if a.Stats().Snapshots < 2 {
+			return errString("no resync yet")
+		}
+		return nil
+	})
+	if gap := time.Since(before); gap < interval {
+		t.Errorf("the first resync came %s after the first snapshot, want at least the interval, %s", gap.Round(time.Millisecond), interval)
+	}
+}
