@@ -149,6 +149,8 @@ func (c *cluster) reachable(ctx context.Context) error {
 		return err
 	}
 	defer closeIdle()
+	activity := &readActivity{}
+	cfg.Wrap(activity.wrap)
 	clients, err := collector.NewClients(cfg)
 	if err != nil {
 		return err
@@ -184,6 +186,8 @@ func (c *cluster) session(ctx context.Context, answered bool) (uint64, error) {
 		return gen, err
 	}
 	defer closeIdle()
+	activity := &readActivity{}
+	cfg.Wrap(activity.wrap)
 	clients, err := collector.NewClients(cfg)
 	if err != nil {
 		return gen, err
@@ -210,7 +214,7 @@ func (c *cluster) session(ctx context.Context, answered bool) (uint64, error) {
 	probeDone := make(chan struct{})
 	go func() {
 		defer close(probeDone)
-		c.probeLoop(sctx, gen, clients, probeKick)
+		c.probeLoop(sctx, gen, clients, activity, probeKick)
 	}()
 	defer func() { cancel(); <-probeDone }()
 
@@ -285,7 +289,7 @@ func collectorSignal(gen uint64, e collector.Event) signal {
 // reports each result. It is the one probe loop of the cluster, whatever
 // the number of clients watching its state (docs/design.md: no poll per
 // viewer).
-func (c *cluster) probeLoop(ctx context.Context, gen uint64, clients *collector.Clients, kick <-chan struct{}) {
+func (c *cluster) probeLoop(ctx context.Context, gen uint64, clients *collector.Clients, activity *readActivity, kick <-chan struct{}) {
 	t := time.NewTicker(c.m.opts.ProbeInterval)
 	defer t.Stop()
 	for {
@@ -295,9 +299,20 @@ func (c *cluster) probeLoop(ctx context.Context, gen uint64, clients *collector.
 		case <-t.C:
 		case <-kick:
 		}
+		start := time.Now()
 		err := c.probeOnce(ctx, clients)
 		if ctx.Err() != nil {
 			return
+		}
+		if errors.Is(err, context.DeadlineExceeded) && activity.since(start) {
+			// The probe timed out, but the cluster's lists and watches
+			// delivered data meanwhile: the API server answers, only
+			// slowly to us (a manager busy with its first sync of
+			// hundreds of clusters). Counting it as lost would stop
+			// those lists and start them over. fleetbench fleet, 200
+			// clusters on a loaded 2-core machine: 3,176 reconnects
+			// during the first sync.
+			err = nil
 		}
 		if err != nil {
 			c.send(signal{gen: gen, typ: sigProbeFailed, err: err})

@@ -2,8 +2,10 @@ package connection
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -54,4 +56,48 @@ func withHealthChecks(cfg *rest.Config, readIdle, pingTimeout time.Duration) (*r
 	out.TLSClientConfig = rest.TLSClientConfig{} // it lives in the transport now
 	out.Proxy, out.Dial = nil, nil
 	return out, tr, nil
+}
+
+// readActivity records when a cluster's connection last delivered response
+// bytes (list pages, watch events): proof that its API server answers,
+// whatever a probe that timed out says. Dead, frozen and black-holed
+// servers deliver nothing, so they are still detected.
+type readActivity struct {
+	last atomic.Int64 // Unix nanoseconds of the last read that returned bytes
+}
+
+// wrap is a transport wrapper (rest.Config.Wrap) that watches every
+// response body.
+func (a *readActivity) wrap(rt http.RoundTripper) http.RoundTripper {
+	return activityTransport{rt: rt, a: a}
+}
+
+// since reports whether response bytes arrived at or after t.
+func (a *readActivity) since(t time.Time) bool { return a.last.Load() >= t.UnixNano() }
+
+type activityTransport struct {
+	rt http.RoundTripper
+	a  *readActivity
+}
+
+func (t activityTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.rt.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = activityBody{ReadCloser: resp.Body, a: t.a}
+	return resp, nil
+}
+
+type activityBody struct {
+	io.ReadCloser
+	a *readActivity
+}
+
+func (b activityBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.a.last.Store(time.Now().UnixNano())
+	}
+	return n, err
 }
