@@ -73,7 +73,7 @@ func runFleet(ctx context.Context, args []string) error {
 	fs.IntVar(&o.shape.Services, "services", 20, "services (each with an EndpointSlice) per namespace")
 	fs.Int64Var(&o.rate, "rate", 1000, "changes per second across the fleet")
 	fs.DurationVar(&o.warmup, "warmup", 10*time.Second, "wait after the first sync before measuring")
-	fs.DurationVar(&o.window, "window", 60*time.Second, "steady-state measurement window (the collector relists every kind every 30 s, so keep it a multiple)")
+	fs.DurationVar(&o.window, "window", 60*time.Second, "steady-state measurement window (the collector's relists, every 5 minutes by default, fall outside it unless -relist is shorter)")
 	fs.BoolVar(&o.verbose, "v", false, "log progress to stderr")
 	fs.DurationVar(&o.relist, "relist", 0, "the collector's anti-entropy relist interval (0: its default)")
 	fs.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of the steady-state window to this file")
