@@ -86,7 +86,8 @@ type Collector struct {
 	// comparison with another process's clock (tests pass a fake one).
 	clock clock.PassiveClock
 
-	confirming sync.Mutex // one confirming read at a time (see view)
+	confirming    sync.Mutex // one confirming read at a time (see view)
+	confirmWarned time.Time  // when a failed confirming read was last logged; Run's goroutine only
 
 	hubMu sync.Mutex
 	hub   *edge.Hub

@@ -46,7 +46,9 @@ func (c *Collector) renew(ctx context.Context, now time.Time) {
 	if now.Sub(renewed) < c.ls.duration/3 {
 		return
 	}
-	l, err := c.ls.renewCollector(ctx, c.id, c.incarnation, mine)
+	rctx, cancel := context.WithTimeout(ctx, c.ls.callTimeout())
+	defer cancel()
+	l, err := c.ls.renewCollector(rctx, c.id, c.incarnation, mine)
 	if err != nil {
 		if !errors.Is(err, errLeaseTaken) {
 			c.log.Warn("renewing the collector's lease failed", "err", err)
@@ -76,6 +78,9 @@ func (c *Collector) renew(ctx context.Context, now time.Time) {
 // time, and it judges the suspects of a look made under the same lock: a
 // view waiting for another's confirm looks again, and finds the suspects
 // that one judged.
+//
+// When the read fails, view returns the cache's view, with the suspects
+// counted alive (the safe answer), and the error.
 func (c *Collector) view(ctx context.Context) (*view, error) {
 	v, suspects := c.look()
 	if len(suspects) == 0 || v.alive[c.incarnation] == "" {
@@ -87,7 +92,7 @@ func (c *Collector) view(ctx context.Context) (*view, error) {
 		return v, nil
 	}
 	if err := c.confirm(ctx, suspects); err != nil {
-		return nil, err
+		return v, err
 	}
 	v, _ = c.look()
 	return v, nil
@@ -194,6 +199,8 @@ func (c *Collector) look() (v *view, suspects []suspect) {
 // readAt = after never dates a renewal back.
 func (c *Collector) confirm(ctx context.Context, suspects []suspect) error {
 	before := c.clock.Now()
+	ctx, cancel := context.WithTimeout(ctx, c.ls.callTimeout())
+	defer cancel()
 	list, err := c.ls.listCollectors(ctx)
 	if err != nil {
 		return err
@@ -237,8 +244,12 @@ func (c *Collector) reconcileLeases(ctx context.Context) {
 	c.renew(ctx, now)
 	v, err := c.view(ctx)
 	if err != nil {
-		c.log.Warn("reading the collectors' leases", "err", err)
-		return
+		// The suspects count as alive: the round goes on (drops,
+		// handovers, releases), taking nothing from them.
+		if now.Sub(c.confirmWarned) >= c.ls.duration {
+			c.log.Warn("reading the collectors' leases to confirm one is dead; counting it alive", "err", err)
+			c.confirmWarned = now
+		}
 	}
 	if _, ok := v.alive[c.incarnation]; !ok {
 		return // without a lease of its own, this collector takes nothing

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -42,11 +43,20 @@ func (s stubCoord) Leases(string) coordv1client.LeaseInterface { return s.leases
 type stubLeases struct {
 	coordv1client.LeaseInterface
 	items []coordinationv1.Lease
+	err   error // what List answers, if set
 	lists int
+	// unbounded counts the reads made without a deadline.
+	unbounded int
 }
 
-func (s *stubLeases) List(context.Context, metav1.ListOptions) (*coordinationv1.LeaseList, error) {
+func (s *stubLeases) List(ctx context.Context, _ metav1.ListOptions) (*coordinationv1.LeaseList, error) {
 	s.lists++
+	if _, ok := ctx.Deadline(); !ok {
+		s.unbounded++
+	}
+	if s.err != nil {
+		return nil, s.err
+	}
 	return &coordinationv1.LeaseList{Items: s.items}, nil
 }
 
@@ -139,5 +149,35 @@ func TestViewConfirmJudgesTheSuspectItWasGiven(t *testing.T) {
 	must(t, err)
 	if v.alive["b/1"] == "" {
 		t.Errorf("b (renewing on the API server: version 7) is judged dead; reads: %d", vt.api.lists-before)
+	}
+}
+
+// A confirming read that fails (a 429, a timeout) leaves the suspects
+// alive, and view still returns the cache's view for the round to go on
+// with. The read has a deadline: it runs on the goroutine that renews.
+func TestViewCountsSuspectsAliveWhenTheReadFails(t *testing.T) {
+	vt := newViewTest()
+	must(t, vt.cache.Add(collectorB("1")))
+	vt.c.look()
+	vt.clock.Step(viewTestDuration)
+	vt.c.renewed = vt.clock.Now()
+	vt.api.err = errors.New("the server is currently unable to handle the request")
+	v, err := vt.c.view(context.Background())
+	if err == nil || vt.api.lists != 1 {
+		t.Fatalf("view: err %v after %d reads, want the read's error after 1", err, vt.api.lists)
+	}
+	if v == nil || v.alive["b/1"] == "" || v.alive["a/1"] == "" {
+		t.Fatalf("view after a failed read: %+v, want a and b (a suspect) alive", v)
+	}
+	if vt.api.unbounded != 0 {
+		t.Errorf("%d confirming reads without a deadline", vt.api.unbounded)
+	}
+	// The read works again and shows the version the cache showed a
+	// lease duration ago: b is dead.
+	vt.api.err, vt.api.items = nil, []coordinationv1.Lease{*collectorB("1")}
+	v, err = vt.c.view(context.Background())
+	must(t, err)
+	if v.alive["b/1"] != "" {
+		t.Errorf("b, unchanged for a lease duration on the API server, is alive")
 	}
 }

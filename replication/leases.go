@@ -261,6 +261,16 @@ func (ls *leases) getCluster(ctx context.Context, cluster string) (*clusterLease
 	return cl, nil
 }
 
+// callTimeout bounds a renewal and a confirming read. Both run on the
+// collector's one goroutine: one that hangs (a dead connection, which the
+// HTTP/2 health check finds after about 45 s; a LIST that API Priority and
+// Fairness queues) would delay the next renewal past the collector's own
+// lease, and the others would take its clusters. A third of the lease
+// duration, the renewal interval: a renewal that times out is retried in
+// the next round, with two thirds of the lease left (client-go's
+// leaderelection bounds its renewals the same way, with RenewDeadline).
+func (ls *leases) callTimeout() time.Duration { return ls.duration / 3 }
+
 // listCollectors reads every collector's lease from the API server (not
 // a cache).
 func (ls *leases) listCollectors(ctx context.Context) ([]coordinationv1.Lease, error) {
