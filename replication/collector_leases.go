@@ -181,14 +181,15 @@ func (c *Collector) look() (v *view, suspects []suspect) {
 	return v, suspects
 }
 
-// confirm reads the collectors' leases from the API server and judges the
-// suspects (lease names the cache showed unchanged for a lease duration):
-// a collector is dead when its lease is gone or names another incarnation,
-// when the read shows the very version the cache showed a lease duration
-// ago, or when reads a lease duration apart show the same version (the
-// cache is behind, and the collector stopped renewing since). A read that
-// shows a version the cache has not (yet) is a renewal: the collector is
-// alive, whatever the cache says.
+// confirm reads each suspect's lease from the API server (a Get: one key,
+// where a list of the namespace would read every cluster's lease too) and
+// judges it: a collector is dead when its lease is gone or names another
+// incarnation, when the read shows the very version the cache showed a
+// lease duration ago, or when reads a lease duration apart show the same
+// version (the cache is behind, and the collector stopped renewing
+// since). A read that shows a version the cache has not (yet) is a
+// renewal: the collector is alive, whatever the cache says. A suspect
+// whose read fails, and the ones after it, stay alive.
 //
 // Every time is on this process's monotonic clock. before is taken before
 // the request and ends an interval: what the read shows was still current
@@ -198,44 +199,45 @@ func (c *Collector) look() (v *view, suspects []suspect) {
 // starts one: a version the read shows was written before after, so
 // readAt = after never dates a renewal back.
 func (c *Collector) confirm(ctx context.Context, suspects []suspect) error {
-	before := c.clock.Now()
 	ctx, cancel := context.WithTimeout(ctx, c.ls.callTimeout())
 	defer cancel()
-	list, err := c.ls.listCollectors(ctx)
-	if err != nil {
-		return err
-	}
-	after := c.clock.Now()
-	read := make(map[string]*coordinationv1.Lease, len(list))
-	for i := range list {
-		read[list[i].Name] = &list[i]
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	for _, s := range suspects {
-		m := s.m
-		if c.members[s.name] != m || m.rv != s.rv || !m.observed.Equal(s.observed) || m.dead {
-			continue // the cache showed a change (or a holder change) since look
+		before := c.clock.Now()
+		l, err := c.ls.getCollector(ctx, s.m.id) // id is set once, with the member
+		if err != nil {
+			return err
 		}
-		l := read[s.name]
-		switch {
-		case l == nil, ptr.Deref(l.Spec.HolderIdentity, "") != m.holder:
-			m.dead = true
-		case l.ResourceVersion == m.rv:
-			m.dead = before.Sub(m.observed) >= c.ls.duration
-		case l.ResourceVersion != m.readRV:
-			m.readRV, m.readAt = l.ResourceVersion, after
-			c.metrics.checks.WithLabelValues("alive").Inc()
-			c.log.Info("the lease cache is behind: a collector it shows unchanged renewed its lease", "collector", m.id, "incarnation", m.holder)
-		case before.Sub(m.readAt) >= c.ls.duration:
-			m.dead = true
-		}
-		if m.dead {
-			c.metrics.checks.WithLabelValues("dead").Inc()
-			c.log.Info("a collector stopped renewing its lease", "collector", m.id, "incarnation", m.holder)
-		}
+		c.judge(s, l, before, c.clock.Now())
 	}
 	return nil
+}
+
+// judge records what a read of a suspect's lease (l, nil if there is none)
+// between before and after shows; see confirm. It skips a member that the
+// cache showed change (or another holder) since look.
+func (c *Collector) judge(s suspect, l *coordinationv1.Lease, before, after time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := s.m
+	if c.members[s.name] != m || m.rv != s.rv || !m.observed.Equal(s.observed) || m.dead {
+		return
+	}
+	switch {
+	case l == nil, ptr.Deref(l.Spec.HolderIdentity, "") != m.holder:
+		m.dead = true
+	case l.ResourceVersion == m.rv:
+		m.dead = before.Sub(m.observed) >= c.ls.duration
+	case l.ResourceVersion != m.readRV:
+		m.readRV, m.readAt = l.ResourceVersion, after
+		c.metrics.checks.WithLabelValues("alive").Inc()
+		c.log.Info("the lease cache is behind: a collector it shows unchanged renewed its lease", "collector", m.id, "incarnation", m.holder)
+	case before.Sub(m.readAt) >= c.ls.duration:
+		m.dead = true
+	}
+	if m.dead {
+		c.metrics.checks.WithLabelValues("dead").Inc()
+		c.log.Info("a collector stopped renewing its lease", "collector", m.id, "incarnation", m.holder)
+	}
 }
 
 // reconcileLeases is one round of the sharded case; see Collector.

@@ -2,13 +2,13 @@ package replication
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	coordv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
@@ -43,21 +43,26 @@ func (s stubCoord) Leases(string) coordv1client.LeaseInterface { return s.leases
 type stubLeases struct {
 	coordv1client.LeaseInterface
 	items []coordinationv1.Lease
-	err   error // what List answers, if set
-	lists int
+	err   error // what Get answers, if set
+	reads int
 	// unbounded counts the reads made without a deadline.
 	unbounded int
 }
 
-func (s *stubLeases) List(ctx context.Context, _ metav1.ListOptions) (*coordinationv1.LeaseList, error) {
-	s.lists++
+func (s *stubLeases) Get(ctx context.Context, name string, _ metav1.GetOptions) (*coordinationv1.Lease, error) {
+	s.reads++
 	if _, ok := ctx.Deadline(); !ok {
 		s.unbounded++
 	}
 	if s.err != nil {
 		return nil, s.err
 	}
-	return &coordinationv1.LeaseList{Items: s.items}, nil
+	for i := range s.items {
+		if s.items[i].Name == name {
+			return s.items[i].DeepCopy(), nil
+		}
+	}
+	return nil, apierrors.NewNotFound(coordinationv1.Resource("leases"), name)
 }
 
 // viewTest is collector a (incarnation a/1, renewing) with a lease cache
@@ -116,7 +121,7 @@ func TestViewDatesRenewalsAfterTheCacheRead(t *testing.T) {
 	v, err := vt.c.view(context.Background())
 	must(t, err)
 	if v.alive["b/1"] == "" {
-		t.Errorf("b, which renewed 1 s ago, is judged dead (lists: %d)", vt.api.lists)
+		t.Errorf("b, which renewed 1 s ago, is judged dead (reads: %d)", vt.api.reads)
 	}
 }
 
@@ -144,11 +149,11 @@ func TestViewConfirmJudgesTheSuspectItWasGiven(t *testing.T) {
 	vt.api.items = []coordinationv1.Lease{*collectorB("7")}
 	vt.clock.Step(viewTestDuration)
 	vt.c.renewed = vt.clock.Now()
-	before := vt.api.lists
+	before := vt.api.reads
 	v, err := vt.c.view(context.Background())
 	must(t, err)
 	if v.alive["b/1"] == "" {
-		t.Errorf("b (renewing on the API server: version 7) is judged dead; reads: %d", vt.api.lists-before)
+		t.Errorf("b (renewing on the API server: version 7) is judged dead; reads: %d", vt.api.reads-before)
 	}
 }
 
@@ -161,10 +166,10 @@ func TestViewCountsSuspectsAliveWhenTheReadFails(t *testing.T) {
 	vt.c.look()
 	vt.clock.Step(viewTestDuration)
 	vt.c.renewed = vt.clock.Now()
-	vt.api.err = errors.New("the server is currently unable to handle the request")
+	vt.api.err = apierrors.NewTooManyRequests("the server has received too many requests", 1)
 	v, err := vt.c.view(context.Background())
-	if err == nil || vt.api.lists != 1 {
-		t.Fatalf("view: err %v after %d reads, want the read's error after 1", err, vt.api.lists)
+	if err == nil || vt.api.reads != 1 {
+		t.Fatalf("view: err %v after %d reads, want the read's error after 1", err, vt.api.reads)
 	}
 	if v == nil || v.alive["b/1"] == "" || v.alive["a/1"] == "" {
 		t.Fatalf("view after a failed read: %+v, want a and b (a suspect) alive", v)
@@ -179,5 +184,38 @@ func TestViewCountsSuspectsAliveWhenTheReadFails(t *testing.T) {
 	must(t, err)
 	if v.alive["b/1"] != "" {
 		t.Errorf("b, unchanged for a lease duration on the API server, is alive")
+	}
+}
+
+// What one read of a suspect's lease decides, the cache having shown b's
+// version 1 unchanged for a lease duration.
+func TestViewJudgesASuspectByItsLease(t *testing.T) {
+	otherHolder := collectorB("3")
+	otherHolder.Spec.HolderIdentity = ptr.To("b/2")
+	for _, tc := range []struct {
+		name  string
+		read  *coordinationv1.Lease // nil: there is none
+		alive bool
+	}{
+		{"gone", nil, false},
+		{"another incarnation", otherHolder, false},
+		{"the version the cache showed", collectorB("1"), false},
+		{"a version the cache has not shown (renewed)", collectorB("2"), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vt := newViewTest()
+			must(t, vt.cache.Add(collectorB("1")))
+			vt.c.look()
+			vt.clock.Step(viewTestDuration)
+			vt.c.renewed = vt.clock.Now()
+			if tc.read != nil {
+				vt.api.items = []coordinationv1.Lease{*tc.read}
+			}
+			v, err := vt.c.view(context.Background())
+			must(t, err)
+			if alive := v.alive["b/1"] != ""; alive != tc.alive || vt.api.reads != 1 {
+				t.Errorf("b alive: %v after %d reads, want %v after 1", alive, vt.api.reads, tc.alive)
+			}
+		})
 	}
 }

@@ -19,8 +19,9 @@ import (
 
 // LeaseRules are what a collector does with the Leases of its lease
 // namespace: its informer lists and watches them, it creates and renews
-// (updates) its own and its clusters', reads one before taking it over, and
-// deletes a cluster's on release. `fleetgraph rbac --lease-namespace` and
+// (updates) its own and its clusters', reads one before taking it over,
+// reads a collector's to confirm it is dead, and deletes a cluster's on
+// release. `fleetgraph rbac --lease-namespace` and
 // the Helm chart's HA mode grant exactly these there.
 func LeaseRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{{
@@ -270,16 +271,6 @@ func (ls *leases) getCluster(ctx context.Context, cluster string) (*clusterLease
 // the next round, with two thirds of the lease left (client-go's
 // leaderelection bounds its renewals the same way, with RenewDeadline).
 func (ls *leases) callTimeout() time.Duration { return ls.duration / 3 }
-
-// listCollectors reads every collector's lease from the API server (not
-// a cache).
-func (ls *leases) listCollectors(ctx context.Context) ([]coordinationv1.Lease, error) {
-	list, err := ls.client.CoordinationV1().Leases(ls.namespace).List(ctx, metav1.ListOptions{LabelSelector: labelLease + "=" + leaseCollector})
-	if err != nil {
-		return nil, fmt.Errorf("list the collectors' leases: %w", err)
-	}
-	return list.Items, nil
-}
 
 // getCollector reads a collector's lease from the API server (nil: there
 // is none).
