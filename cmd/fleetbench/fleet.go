@@ -191,7 +191,7 @@ func fleetOnce(ctx context.Context, n int, o fleetOptions) (fleetResult, error) 
 	}
 	for c := range n {
 		name := simClusterName(c)
-		host := gen.url + "/clusters/" + name
+		host := gen.clusterURLs[c] + "/clusters/" + name
 		err := mgr.Add(connection.Spec{Name: name, Config: func(context.Context) (*rest.Config, error) {
 			return &rest.Config{Host: host, BearerToken: "fleetbench", TLSClientConfig: rest.TLSClientConfig{CAData: gen.ca}}, nil
 		}})
@@ -430,9 +430,10 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // fleetGen is the running load generator.
 type fleetGen struct {
 	*daemon
-	url    string
-	ca     []byte
-	client *http.Client
+	url         string   // the controls' (the first cluster's listener)
+	clusterURLs []string // each cluster's listener, in order
+	ca          []byte
+	client      *http.Client
 }
 
 // startFleetServer starts the generator (fleetbench fleet-server) and waits
@@ -454,7 +455,12 @@ func startFleetServer(ctx context.Context, dir string, n int, o fleetOptions) (*
 	deadline := time.Now().Add(15 * time.Minute) // building 1M objects on a loaded machine
 	for {
 		if b, err := os.ReadFile(readyFile); err == nil && len(b) > 0 {
-			g.url = string(b)
+			g.clusterURLs = strings.Fields(string(b))
+			if len(g.clusterURLs) != n {
+				d.stop()
+				return nil, fmt.Errorf("fleet-server listens for %d clusters, want %d", len(g.clusterURLs), n)
+			}
+			g.url = g.clusterURLs[0]
 			break
 		}
 		select {
