@@ -568,9 +568,12 @@ func (c *Collector) noteEdge(ctx context.Context, cluster, instance string, rele
 }
 
 // isDead judges the holder of a cluster's lease read from the API server
-// (not the cache). The cache, if it is behind that read, may not know the
-// holder yet: then its collector lease is read too, and it is alive if
-// that lease names it.
+// (not the cache). A holder the view does not count alive is checked
+// against its collector lease, read too: the cache may not know the holder
+// yet (alive if that lease names it), or the view may keep a verdict the
+// cache has not caught up with, on a collector that resumed and renewed
+// since (alive if its lease shows a version other than the ones judged).
+// Claims are rare, and a read of the cluster's lease came first anyway.
 func (c *Collector) isDead(ctx context.Context, holder string) (bool, error) {
 	v, err := c.view(ctx)
 	if err != nil {
@@ -579,20 +582,21 @@ func (c *Collector) isDead(ctx context.Context, holder string) (bool, error) {
 	if v.alive[holder] != "" {
 		return false, nil
 	}
-	c.mu.Lock()
-	known := false
-	for _, m := range c.members {
-		known = known || m.holder == holder
-	}
-	c.mu.Unlock()
-	if known {
-		return true, nil
-	}
 	l, err := c.ls.getCollector(ctx, collectorOf(holder))
 	if err != nil {
 		return false, err
 	}
-	return l == nil || ptr.Deref(l.Spec.HolderIdentity, "") != holder, nil
+	if l == nil || ptr.Deref(l.Spec.HolderIdentity, "") != holder {
+		return true, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range c.members {
+		if m.holder == holder && m.dead && (l.ResourceVersion == m.rv || l.ResourceVersion == m.readRV) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // retryLater refuses an edge for now, for a reason on the manager's side.

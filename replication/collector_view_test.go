@@ -219,3 +219,30 @@ func TestViewJudgesASuspectByItsLease(t *testing.T) {
 		})
 	}
 }
+
+// An edge claim judges a cluster's holder with a read of its collector
+// lease: a collector judged dead that renewed since (its process resumed
+// under the same incarnation) is alive, although this process's cache
+// still shows the version it was judged dead on.
+func TestClaimJudgesAHolderByItsCollectorLease(t *testing.T) {
+	vt := newViewTest()
+	must(t, vt.cache.Add(collectorB("1")))
+	vt.c.look()
+	vt.clock.Step(viewTestDuration)
+	vt.c.renewed = vt.clock.Now()
+	vt.api.items = []coordinationv1.Lease{*collectorB("1")}
+	dead, err := vt.c.isDead(context.Background(), "b/1")
+	must(t, err)
+	if !dead {
+		t.Fatalf("b, unchanged for a lease duration on the API server, is alive")
+	}
+	vt.api.items = []coordinationv1.Lease{*collectorB("2")} // b resumed and renewed
+	dead, err = vt.c.isDead(context.Background(), "b/1")
+	must(t, err)
+	if dead {
+		t.Errorf("b, which renewed after its verdict (version 2), is judged dead")
+	}
+	if dead, err = vt.c.isDead(context.Background(), "c/1"); err != nil || !dead {
+		t.Errorf("c, which has no lease: dead %v, err %v; want dead", dead, err)
+	}
+}
