@@ -83,7 +83,11 @@ type Collector struct {
 	metrics     *collectorMetrics
 	kick        chan struct{}
 	// clock measures lease liveness: its monotonic readings, never a
-	// comparison with another process's clock (tests pass a fake one).
+	// comparison with another process's clock (tests pass a fake one, set
+	// before Run: it is read without mu). Its wall reading is also compared
+	// with a push cluster's edge-released time (the grace period), which
+	// another process wrote with time.Now: under a fake clock that tests
+	// step, the grace period is shorter than it is in production.
 	clock clock.PassiveClock
 
 	confirming    sync.Mutex // one confirming read at a time (see view)
@@ -99,7 +103,7 @@ type Collector struct {
 	members  map[string]*member         // collector leases seen, by lease name
 	mine     *coordinationv1.Lease      // this collector's lease as last written
 	renewed  time.Time                  // when it was last written
-	cached   cache.Store                // the leases as the informer last saw them
+	cached   cache.Store                // the leases as the informer last saw them (set by Run's watchLeases, or a test)
 	ctx      context.Context            // Run's
 	stopping bool                       // Run is waiting for wg: nothing joins it any more
 	wg       sync.WaitGroup             // goroutines Run waits for; joined only by Run's goroutine or under mu
