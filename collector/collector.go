@@ -93,9 +93,8 @@ type Config struct {
 //
 // Concurrency: Start runs discovery on the caller's goroutine, then starts
 // two goroutines per present kind (its reflector's list and watch, and its
-// anti-entropy relist) plus one that re-runs discovery every relist
-// interval to pick up kinds that appear later (a CRD installed after
-// start). All of them stop when the context passed to Start ends; Wait
+// anti-entropy relist) plus one that re-runs discovery (see rediscover)
+// to pick up kinds that appear later (a CRD installed after start). All of them stop when the context passed to Start ends; Wait
 // returns after the last one has, so that no write from this run reaches
 // the sink after Wait.
 type Run struct {
@@ -242,11 +241,17 @@ func firstVersion(versions map[string]metav1.APIResource) string {
 	return keys[0]
 }
 
-// rediscover re-runs discovery every relist interval and starts kinds that
-// appeared since.
+// rediscoverEvery bounds how often discovery runs again, to start kinds
+// that appeared (a CRD installed after start) or whose group's discovery
+// failed at start: a few small documents, unlike a relist, so it keeps the
+// 30 s it had when relists were that frequent.
+const rediscoverEvery = 30 * time.Second
+
+// rediscover re-runs discovery every relist interval or rediscoverEvery,
+// whichever is shorter, and starts kinds that appeared since.
 func (r *Run) rediscover(ctx context.Context) {
 	defer r.wg.Done()
-	t := time.NewTicker(r.cfg.Relist)
+	t := time.NewTicker(min(r.cfg.Relist, rediscoverEvery))
 	defer t.Stop()
 	for {
 		select {
