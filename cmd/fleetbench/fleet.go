@@ -326,7 +326,7 @@ func checkFleetCounts(ctx context.Context, store *index.Store, n int, shape flee
 			return err
 		}
 		if f.Total != listed {
-			return fmt.Errorf("cluster %s: %d objects in the index, the leaf has %d", name, f.Total, listed)
+			return fmt.Errorf("cluster %s: %d objects in the index, the leaf has %d (kind errors: %v)", name, f.Total, listed, store.KindErrors(nil, name))
 		}
 		bindings := len(store.ListClusterRoleBindings(name))
 		roles := 0
