@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"sync"
@@ -41,7 +42,10 @@ func runIndex(ctx context.Context, args []string) error {
 //	scale: objects=N heap_bytes_per_object=.. rss_gib=.. ingest_per_s=.. q3_p99_us=.. q4_p99_us=.. facets_p99_us=.. q6b_p99_us=..
 //
 // rss_gib is the process's peak resident set (VmHWM), the generator's
-// garbage included.
+// garbage included. The run models fleetgraph serve in a container with
+// -container-memory of memory (8 GiB by default): serve then sets the Go
+// runtime's soft limit (GOMEMLIMIT) to 90% of it, and so does this run;
+// memory_limit_gib in the line says which container it was (0: none).
 func runScale(ctx context.Context, args []string) error {
 	return indexBench(ctx, "scale", args)
 }
@@ -66,8 +70,15 @@ func indexBench(ctx context.Context, mode string, args []string) error {
 	queryProfile := fs.String("qcpuprofile", "", "write a CPU profile of the query phase (Q1..Q6, not churn) to this file")
 	churnProfile := fs.String("churncpuprofile", "", "write a CPU profile of the churn phase to this file")
 	memProfile := fs.String("memprofile", "", "write a heap profile after the ingest to this file")
+	containerGiB := 0.0
+	if mode == "scale" {
+		fs.Float64Var(&containerGiB, "container-memory", 8, "GiB: run as fleetgraph serve in a container with this memory limit (GOMEMLIMIT 90% of it); 0 for no limit")
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if containerGiB > 0 {
+		debug.SetMemoryLimit(int64(containerGiB * 0.9 * (1 << 30)))
 	}
 	logf := func(format string, a ...any) {
 		if *verbose {
@@ -243,9 +254,9 @@ func indexBench(ctx context.Context, mode string, args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("scale: objects=%d heap_bytes_per_object=%.0f rss_gib=%.2f ingest_per_s=%.0f q3_p99_us=%s q4_p99_us=%s facets_p99_us=%s q6b_p99_us=%s %s\n",
+		fmt.Printf("scale: objects=%d heap_bytes_per_object=%.0f rss_gib=%.2f ingest_per_s=%.0f q3_p99_us=%s q4_p99_us=%s facets_p99_us=%s q6b_p99_us=%s memory_limit_gib=%.1f %s\n",
 			n, float64(heap)/float64(n), float64(peak)/(1<<30), float64(n)/ingest.Seconds(),
-			us(results["q3"]), us(results["q4"]), us(results["q5"]), us(results["q6b"]), sizes)
+			us(results["q3"]), us(results["q4"]), us(results["q5"]), us(results["q6b"]), containerGiB, sizes)
 		runtime.KeepAlive(s)
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -42,6 +43,7 @@ edge's credentials need list and watch on the collected kinds and
 impersonate on users and groups.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			setMemoryLimit(memlimit.FromCgroup)
 			opts, err := f.options()
 			if err != nil {
 				return err

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -155,6 +156,7 @@ At least one authenticator (--tokens-file, --oidc-issuer or
 --requestheader-client-ca-file) is required.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			setMemoryLimit(memlimit.FromCgroup)
 			if f.replication.role != string(fleetgraph.RoleQuery) { // a query replica collects nothing
 				if err := f.defaultSources(); err != nil {
 					return err
