@@ -122,12 +122,7 @@ func round(tc *testCollector, cluster string) {
 func TestStaleCacheJudgesNobodyDead(t *testing.T) {
 	lt := startLeaseTest(t)
 	// A cluster the assignment gives to b while both are alive.
-	var cluster string
-	for i := 0; cluster == ""; i++ {
-		if name := fmt.Sprintf("leaf-%d", i); assign([]string{name}, []string{"a", "b"})[name] == "b" {
-			cluster = name
-		}
-	}
+	cluster := clusterAssignedToB()
 	leaves := []connection.Spec{lt.leaf(cluster)}
 	s := natsServer(t)
 	b := startCollector(t, s, "b", lt.cluster.Config, lt.ns, leaves)
@@ -249,12 +244,7 @@ func TestLostClusterIsCollectedAgain(t *testing.T) {
 // get as far as collecting would leave it.
 func TestLostClusterAssignedElsewhereIsReleased(t *testing.T) {
 	lt := startLeaseTest(t)
-	var cluster string
-	for i := 0; cluster == ""; i++ {
-		if name := fmt.Sprintf("leaf-%d", i); assign([]string{name}, []string{"a", "b"})[name] == "b" {
-			cluster = name
-		}
-	}
+	cluster := clusterAssignedToB()
 	leaves := []connection.Spec{lt.leaf(cluster)}
 	s := natsServer(t)
 	a := startCollector(t, s, "a", lt.cluster.Config, lt.ns, leaves)
@@ -317,5 +307,15 @@ func TestStaleCacheRefusesToAdoptAnEdge(t *testing.T) {
 	}
 	if l := lt.clusterLease(t, cluster); l.holder != b.collector.incarnation || l.instance != "vm-1" {
 		t.Fatalf("the cluster's lease names %q for edge %q, want b (%s) for vm-1", l.holder, l.instance, b.collector.incarnation)
+	}
+}
+
+// clusterAssignedToB returns the first leaf-N that the assignment gives to
+// collector b of the two collectors a and b.
+func clusterAssignedToB() string {
+	for i := 0; ; i++ {
+		if name := fmt.Sprintf("leaf-%d", i); assign([]string{name}, []string{"a", "b"})[name] == "b" {
+			return name
+		}
 	}
 }
