@@ -565,23 +565,13 @@ func TestEdgeBeforeRunWaits(t *testing.T) {
 // halved one a busy cluster gets. (A timer never fires early, so the lower
 // bound cannot fail on a slow machine.)
 func TestFirstSnapshotKeepsTheResyncInterval(t *testing.T) {
-	store := index.New(memtables.Open)
-	hub, err := NewHub(HubOptions{Store: store, Tokens: NewStaticTokens(testTokens)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	hubDone := make(chan error, 1)
-	go func() { hubDone <- hub.Run(ctx) }()
-	srv := httptest.NewServer(hub)
-	t.Cleanup(func() { cancel(); <-hubDone; srv.Close() })
-
+	h := newHubHarness(t, HubOptions{})
 	const interval = 2 * time.Second
-	a := startAgent(t, AgentOptions{Manager: srv.URL + "/edge", Cluster: "edge-b", Resync: ResyncOptions{Interval: interval, Min: 100 * time.Millisecond, Max: time.Hour}})
+	a := startAgent(t, AgentOptions{Manager: h.url, Cluster: "edge-b", Resync: ResyncOptions{Interval: interval, Min: 100 * time.Millisecond, Max: time.Hour}})
 	// Before the buffer is ready, so before the first snapshot is sent
 	// and the resync timer set.
 	before := time.Now()
-	if err := a.buf.Replace(ctx, "edge-b", testKind, testRows("edge-b", 100, "0")); err != nil {
+	if err := a.buf.Replace(t.Context(), "edge-b", testKind, testRows("edge-b", 100, "0")); err != nil {
 		t.Fatal(err)
 	}
 	a.buf.expect([]index.Kind{testKind})
