@@ -26,7 +26,10 @@ import (
 // a real API server after the server answered it (so its listing is older
 // than what follows), and checks that meanwhile a pod's change, a new pod
 // and a deleted pod reach the index through the watch; then, once the
-// relist's older listing is applied, that none of them is undone.
+// relist's older listing is applied, that none of them is undone, and
+// that it repaired what the watch had no word on: a row that drifted from
+// the server and a row of a pod the server does not have, while a pod
+// nobody touched keeps its row.
 //
 // Both halves fail without the property: a relist that stops the watch and
 // lists afresh (a reflector restart, as before) holds every change until
@@ -42,7 +45,7 @@ func TestRelistKeepsTheWatchRunning(t *testing.T) {
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"changed", "deleted"} {
+	for _, name := range []string{"changed", "deleted", "kept"} {
 		if _, err := kube.CoreV1().Pods(ns).Create(ctx, relistPod(name), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -109,6 +112,22 @@ func TestRelistKeepsTheWatchRunning(t *testing.T) {
 	waitRow(ctx, t, store, "the new pod while the relist is held", key("created"), created)
 	waitRow(ctx, t, store, "the deletion while the relist is held", key("deleted"), deleted)
 
+	// Rows the watch has no word on are the relist's to repair: a row
+	// that drifted from the server (kept, with a label the server never
+	// had) and a row of a pod the server does not have (ghost). They are
+	// written under the collector's feet, so nothing marks them recent.
+	drifted, ok := store.Get(key("kept"))
+	if !ok {
+		t.Fatal("pod kept is not in the index")
+	}
+	corrupt := *drifted
+	corrupt.Labels = map[string]string{"app": "drifted"}
+	ghost := *drifted
+	ghost.Name = "ghost"
+	if err := store.UpsertBatch(ctx, []index.Object{corrupt, ghost}); err != nil {
+		t.Fatal(err)
+	}
+
 	// Let the held listing through and wait for its Replace (the next
 	// sync of pods: the watch never restarted, so no other).
 	synced := podSyncs.Load()
@@ -128,6 +147,12 @@ func TestRelistKeepsTheWatchRunning(t *testing.T) {
 		if !tc.want(o, ok) {
 			t.Errorf("after the older listing was applied, pod %s is %+v (present %v): the relist undid the watch's word", tc.name, o, ok)
 		}
+	}
+	if o, ok := store.Get(key("kept")); !ok || o.Labels["app"] != "before" {
+		t.Errorf("after the relist, pod kept is %+v (present %v), want the server's labels (app=before): the relist did not repair a drifted row, or dropped a row nobody touched", o, ok)
+	}
+	if o, ok := store.Get(key("ghost")); ok {
+		t.Errorf("after the relist, pod ghost, which the server does not have, is still indexed: %+v", o)
 	}
 }
 
