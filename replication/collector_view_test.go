@@ -91,6 +91,19 @@ func newViewTest() *viewTest {
 	return vt
 }
 
+// newViewTestSuspectingB is a viewTest in which a's cache has shown b's
+// lease at version 1, unchanged for a lease duration, while a renewed its
+// own: b is a suspect at a's next look.
+func newViewTestSuspectingB(t *testing.T) *viewTest {
+	t.Helper()
+	vt := newViewTest()
+	must(t, vt.cache.Add(collectorB("1")))
+	vt.c.look()
+	vt.clock.Step(viewTestDuration)
+	vt.c.renewed = vt.clock.Now()
+	return vt
+}
+
 // collectorB is collector b's lease (incarnation b/1) at version rv.
 func collectorB(rv string) *coordinationv1.Lease {
 	return &coordinationv1.Lease{
@@ -130,11 +143,7 @@ func TestViewDatesRenewalsAfterTheCacheRead(t *testing.T) {
 // the fresh version dead, a verdict that would fire later on the cache's
 // word alone, with no read.
 func TestViewConfirmJudgesTheSuspectItWasGiven(t *testing.T) {
-	vt := newViewTest()
-	must(t, vt.cache.Add(collectorB("1")))
-	vt.c.look()
-	vt.clock.Step(viewTestDuration)
-	vt.c.renewed = vt.clock.Now()
+	vt := newViewTestSuspectingB(t)
 	_, suspects := vt.c.look() // reconcile's look: b is a suspect
 	if len(suspects) != 1 {
 		t.Fatalf("suspects: %v, want b", suspects)
@@ -161,11 +170,7 @@ func TestViewConfirmJudgesTheSuspectItWasGiven(t *testing.T) {
 // alive, and view still returns the cache's view for the round to go on
 // with. The read has a deadline: it runs on the goroutine that renews.
 func TestViewCountsSuspectsAliveWhenTheReadFails(t *testing.T) {
-	vt := newViewTest()
-	must(t, vt.cache.Add(collectorB("1")))
-	vt.c.look()
-	vt.clock.Step(viewTestDuration)
-	vt.c.renewed = vt.clock.Now()
+	vt := newViewTestSuspectingB(t)
 	vt.api.err = apierrors.NewTooManyRequests("the server has received too many requests", 1)
 	v, err := vt.c.view(context.Background())
 	if err == nil || vt.api.reads != 1 {
@@ -203,11 +208,7 @@ func TestViewJudgesASuspectByItsLease(t *testing.T) {
 		{"a version the cache has not shown (renewed)", collectorB("2"), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			vt := newViewTest()
-			must(t, vt.cache.Add(collectorB("1")))
-			vt.c.look()
-			vt.clock.Step(viewTestDuration)
-			vt.c.renewed = vt.clock.Now()
+			vt := newViewTestSuspectingB(t)
 			if tc.read != nil {
 				vt.api.items = []coordinationv1.Lease{*tc.read}
 			}
@@ -225,11 +226,7 @@ func TestViewJudgesASuspectByItsLease(t *testing.T) {
 // under the same incarnation) is alive, although this process's cache
 // still shows the version it was judged dead on.
 func TestClaimJudgesAHolderByItsCollectorLease(t *testing.T) {
-	vt := newViewTest()
-	must(t, vt.cache.Add(collectorB("1")))
-	vt.c.look()
-	vt.clock.Step(viewTestDuration)
-	vt.c.renewed = vt.clock.Now()
+	vt := newViewTestSuspectingB(t)
 	vt.api.items = []coordinationv1.Lease{*collectorB("1")}
 	dead, err := vt.c.isDead(context.Background(), "b/1")
 	must(t, err)
