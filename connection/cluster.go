@@ -181,6 +181,14 @@ func (c *cluster) buildConfig(ctx context.Context) (*rest.Config, func(), error)
 // the connection's generation when it is lost or ctx ends.
 func (c *cluster) session(ctx context.Context, answered bool) (uint64, error) {
 	gen := c.state.Connect(ctx, answered, nil)
+	// Wait for a turn to sync (Options.MaxConcurrentSyncs) before there is
+	// a client, a collector or a probe: a waiting cluster costs nothing and
+	// cannot be lost.
+	doneSyncing, err := c.m.syncTurn(ctx)
+	if err != nil {
+		return gen, err
+	}
+	defer doneSyncing()
 	cfg, closeIdle, err := c.buildConfig(ctx)
 	if err != nil {
 		return gen, err
@@ -227,9 +235,13 @@ func (c *cluster) session(ctx context.Context, answered bool) (uint64, error) {
 	report := func(k clusterstate.KindStatus) {
 		delete(pending, k.Kind)
 		c.state.Report(ctx, gen, clusterstate.Report{Kinds: []clusterstate.KindStatus{k}, Synced: len(pending) == 0})
+		if len(pending) == 0 {
+			doneSyncing()
+		}
 	}
 	if len(pending) == 0 { // a cluster with no present kinds is synced at once
 		c.state.Report(ctx, gen, clusterstate.Report{Synced: true})
+		doneSyncing()
 	}
 	failures := 0
 

@@ -33,6 +33,16 @@ const (
 	// reconnecting; internal/retry gives the reasons for the numbers.
 	DefaultBackoffInitial = retry.PullReconnectInitial
 	DefaultBackoffMax     = retry.PullReconnectMax
+	// DefaultMaxConcurrentSyncs bounds how many clusters list their kinds
+	// at once. A first sync decodes and indexes every object of the
+	// cluster, so a fleet connected at once does all of that at once:
+	// fleetbench fleet, 200 clusters of 5,560 objects on 2 cores, without
+	// a bound: first sync 100.7 s, peak RSS 7,038 MiB against 2,283 MiB
+	// after it, and 56 clusters reported lost because the starved manager
+	// answered its own probes late. A leaf's list is bounded by its API
+	// server and the network as much as by the manager, so a few clusters
+	// list side by side; more only add to the peak.
+	DefaultMaxConcurrentSyncs = 8
 )
 
 // Options configures a Manager.
@@ -67,6 +77,14 @@ type Options struct {
 	// BackoffInitial and BackoffMax bound the exponential, jittered wait
 	// between reconnect attempts.
 	BackoffInitial, BackoffMax time.Duration
+	// MaxConcurrentSyncs bounds how many clusters may be in a connection's
+	// initial sync at once (listing every kind, after connecting or
+	// reconnecting). The others wait their turn before they build a
+	// client: the row says CONNECTING (or DISCONNECTED, while
+	// reconnecting after an outage), and nothing probes them meanwhile,
+	// so waiting cannot make a cluster lost. Zero means
+	// DefaultMaxConcurrentSyncs; a negative value means no limit.
+	MaxConcurrentSyncs int
 	// Registerer, if set, receives the manager's metrics.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -84,6 +102,9 @@ func (o *Options) setDefaults() {
 	setDefault(&o.BackoffMax, DefaultBackoffMax)
 	if o.ProbeFailures <= 0 {
 		o.ProbeFailures = DefaultProbeFailures
+	}
+	if o.MaxConcurrentSyncs == 0 {
+		o.MaxConcurrentSyncs = DefaultMaxConcurrentSyncs
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -103,10 +124,13 @@ func setDefault(d *time.Duration, v time.Duration) {
 // or while it runs, each with its own context in the cancels map, guarded
 // by mu. Remove cancels one cluster's context, waits for its goroutine,
 // and removes its rows. When Run's context ends, every cluster is
-// cancelled and Run returns after their goroutines have.
+// cancelled and Run returns after their goroutines have. syncs is shared
+// by every lifecycle: a session holds one of its slots from before it
+// builds its client until its initial sync is done or it ends.
 type Manager struct {
 	opts    Options
 	metrics *metrics
+	syncs   chan struct{} // a slot per cluster in its initial sync; nil: no limit
 
 	mu       sync.Mutex
 	ctx      context.Context // set by Run; nil before
@@ -126,12 +150,40 @@ func NewManager(opts Options) (*Manager, error) {
 	}
 	opts.setDefaults()
 	m := &Manager{opts: opts, clusters: map[string]*cluster{}, metrics: newMetrics()}
+	if opts.MaxConcurrentSyncs > 0 {
+		m.syncs = make(chan struct{}, opts.MaxConcurrentSyncs)
+	}
 	if opts.Registerer != nil {
 		if err := m.metrics.register(opts.Registerer); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// syncTurn waits until a session may start its initial sync, or ctx ends.
+// It returns the function that gives the turn back, which may be called
+// more than once (at the end of the sync, and when the session ends).
+func (m *Manager) syncTurn(ctx context.Context) (func(), error) {
+	if m.syncs == nil {
+		return func() {}, nil
+	}
+	m.metrics.waitingToSync.Inc()
+	select {
+	case m.syncs <- struct{}{}:
+		m.metrics.waitingToSync.Dec()
+	case <-ctx.Done():
+		m.metrics.waitingToSync.Dec()
+		return nil, ctx.Err()
+	}
+	m.metrics.syncing.Inc()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			m.metrics.syncing.Dec()
+			<-m.syncs
+		})
+	}, nil
 }
 
 // Add adds a cluster. Adding a name twice is an error.

@@ -14,6 +14,8 @@ type metrics struct {
 	transitions    *prometheus.CounterVec
 	staleSignals   *prometheus.CounterVec
 	signalsDropped *prometheus.CounterVec
+	waitingToSync  prometheus.Gauge
+	syncing        prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -33,11 +35,19 @@ func newMetrics() *metrics {
 		signalsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetgraph_cluster_signals_dropped_total", Help: "Lifecycle signals dropped because the lifecycle was busy.",
 		}, []string{"cluster"}),
+		waitingToSync: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fleetgraph_clusters_waiting_to_sync", Help: "Clusters waiting for their turn to start an initial sync (MaxConcurrentSyncs).",
+		}),
+		syncing: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fleetgraph_clusters_syncing", Help: "Clusters in an initial sync: listing every kind after connecting or reconnecting.",
+		}),
 	}
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.probes, m.probeFailures, m.transitions, m.staleSignals, m.signalsDropped} {
+	for _, c := range []prometheus.Collector{
+		m.probes, m.probeFailures, m.transitions, m.staleSignals, m.signalsDropped, m.waitingToSync, m.syncing,
+	} {
 		if err := r.Register(c); err != nil {
 			return fmt.Errorf("register connection metrics: %w", err)
 		}

@@ -55,6 +55,7 @@ type serveFlags struct {
 	namespaces        []string
 	excludeNamespaces []string
 	relist            time.Duration
+	maxSyncs          int
 	noIntrospection   bool
 	originPatterns    []string
 	allowAnonymous    bool
@@ -134,10 +135,20 @@ func (f *serveFlags) register(cmd *cobra.Command) {
 	fl.StringSliceVar(&f.namespaces, "namespaces", nil, "collect only these namespaces")
 	fl.StringSliceVar(&f.excludeNamespaces, "exclude-namespaces", nil, "do not collect these namespaces")
 	fl.DurationVar(&f.relist, "relist", collector.DefaultRelist, "interval of the full anti-entropy relist")
+	fl.IntVar(&f.maxSyncs, "max-concurrent-syncs", connection.DefaultMaxConcurrentSyncs, "clusters that may list their kinds at once, after connecting or reconnecting; the others wait their turn (CONNECTING, or DISCONNECTED after an outage) and are not probed meanwhile (0: no limit)")
 	fl.BoolVar(&f.noIntrospection, "disable-introspection", false, "turn off GraphQL introspection")
 	fl.StringSliceVar(&f.originPatterns, "allowed-origins", nil, "extra origins (host patterns) allowed to open websockets; same-origin is always allowed")
 	fl.BoolVar(&f.allowAnonymous, "allow-anonymous", false, "let requests without credentials in as system:anonymous")
 	f.timeouts.register(fl)
+}
+
+// maxConcurrentSyncs is --max-concurrent-syncs as connection.Options
+// takes it: there zero is the default and a negative value no limit.
+func (f *serveFlags) maxConcurrentSyncs() int {
+	if f.maxSyncs <= 0 {
+		return -1
+	}
+	return f.maxSyncs
 }
 
 func newServeCommand() *cobra.Command {
@@ -198,6 +209,7 @@ func serve(ctx context.Context, f *serveFlags, specs []connection.Spec) error {
 		EdgeTokens: edgeTokens, Sources: srcs,
 		Clusters: specs, Kinds: f.kinds, ExtraKinds: f.extraKinds,
 		Namespaces: f.namespaces, ExcludeNamespaces: f.excludeNamespaces, Relist: f.relist,
+		Connection:     connection.Options{MaxConcurrentSyncs: f.maxConcurrentSyncs()},
 		DisableDetails: f.noDetails,
 		Authenticator:  authn, AdminGroups: f.adminGroups,
 		ShutdownTimeout: f.timeouts.shutdown,

@@ -99,6 +99,7 @@ replica gets the authenticator and no sources.
 {{ include "fleetgraph.collectArgs" . }}
 {{- if ne $role "query" }}
 - --relist={{ .Values.collect.relist }}
+- --max-concurrent-syncs={{ .Values.collect.maxConcurrentSyncs }}
 {{- end }}
 {{- if not .Values.collect.objectDetails }}
 - --disable-object-details
