@@ -41,6 +41,9 @@ type signal struct {
 	typ  sigType
 	kind index.Kind
 	err  error
+	// flowed, on sigProbeFailed, says that the probe timed out while the
+	// cluster's lists and watches delivered data.
+	flowed bool
 }
 
 // signalBuffer is the depth of a cluster's signal channel. Senders never
@@ -48,6 +51,19 @@ type signal struct {
 // signal is either repeated (probes, relists) or only a hint (watch
 // failures, which merely trigger a probe).
 const signalBuffer = 256
+
+// forgiveAfterSync is how many timed-out probes in a row a synced
+// connection forgives because its lists and watches delivered data during
+// them. Until the connection has synced, every such probe is forgiven:
+// the sync is when a busy manager answers its own probes late (fleetbench
+// fleet, 200 clusters on a loaded 2-core machine: 3,176 reconnects during
+// the first sync), a loss would start every list over, and the sync ends
+// by itself once each kind has listed or failed. After it, only a few:
+// watch bookmarks, error bodies and viewers' reads keep bytes flowing
+// from a server whose storage is gone (an etcd outage makes /readyz slow
+// rather than failed), so the grace must end. 3 delays such a loss by at
+// most 3 probes, under 8 s at the defaults.
+const forgiveAfterSync = 3
 
 // cluster is one cluster's lifecycle.
 //
@@ -149,8 +165,6 @@ func (c *cluster) reachable(ctx context.Context) error {
 		return err
 	}
 	defer closeIdle()
-	activity := &readActivity{}
-	cfg.Wrap(activity.wrap)
 	clients, err := collector.NewClients(cfg)
 	if err != nil {
 		return err
@@ -194,7 +208,7 @@ func (c *cluster) session(ctx context.Context, answered bool) (uint64, error) {
 		return gen, err
 	}
 	defer closeIdle()
-	activity := &readActivity{}
+	activity := newReadActivity()
 	cfg.Wrap(activity.wrap)
 	clients, err := collector.NewClients(cfg)
 	if err != nil {
@@ -232,18 +246,22 @@ func (c *cluster) session(ctx context.Context, answered bool) (uint64, error) {
 	for _, k := range run.Present {
 		pending[k.GroupKind()] = true
 	}
+	synced := false
 	report := func(k clusterstate.KindStatus) {
 		delete(pending, k.Kind)
-		c.state.Report(ctx, gen, clusterstate.Report{Kinds: []clusterstate.KindStatus{k}, Synced: len(pending) == 0})
-		if len(pending) == 0 {
+		synced = len(pending) == 0
+		c.state.Report(ctx, gen, clusterstate.Report{Kinds: []clusterstate.KindStatus{k}, Synced: synced})
+		if synced {
 			doneSyncing()
 		}
 	}
 	if len(pending) == 0 { // a cluster with no present kinds is synced at once
+		synced = true
 		c.state.Report(ctx, gen, clusterstate.Report{Synced: true})
 		doneSyncing()
 	}
 	failures := 0
+	forgiven := 0 // timed-out probes forgiven in a row since the sync
 
 	for {
 		var s signal
@@ -267,9 +285,20 @@ func (c *cluster) session(ctx context.Context, answered bool) (uint64, error) {
 			default:
 			}
 		case sigProbeOK:
-			failures = 0
+			failures, forgiven = 0, 0
 			c.state.Seen(ctx, gen)
 		case sigProbeFailed:
+			if s.flowed && (!synced || forgiven < forgiveAfterSync) {
+				// The API server answers, only slowly to us: the data
+				// is its answer (forgiveAfterSync says when not).
+				if synced {
+					forgiven++
+				}
+				c.m.metrics.forgiven.WithLabelValues(c.spec.Name).Inc()
+				failures = 0
+				c.state.Seen(ctx, gen)
+				continue
+			}
 			failures++
 			if failures >= c.m.opts.ProbeFailures {
 				return gen, s.err
@@ -316,18 +345,11 @@ func (c *cluster) probeLoop(ctx context.Context, gen uint64, clients *collector.
 		if ctx.Err() != nil {
 			return
 		}
-		if errors.Is(err, context.DeadlineExceeded) && activity.since(start) {
-			// The probe timed out, but the cluster's lists and watches
-			// delivered data meanwhile: the API server answers, only
-			// slowly to us (a manager busy with its first sync of
-			// hundreds of clusters). Counting it as lost would stop
-			// those lists and start them over. fleetbench fleet, 200
-			// clusters on a loaded 2-core machine: 3,176 reconnects
-			// during the first sync.
-			err = nil
-		}
 		if err != nil {
-			c.send(signal{gen: gen, typ: sigProbeFailed, err: err})
+			// Whether a timeout is forgiven is the session's call
+			// (forgiveAfterSync): it knows whether it has synced.
+			flowed := errors.Is(err, context.DeadlineExceeded) && activity.since(start)
+			c.send(signal{gen: gen, typ: sigProbeFailed, err: err, flowed: flowed})
 		} else {
 			c.send(signal{gen: gen, typ: sigProbeOK})
 		}

@@ -14,6 +14,7 @@ type metrics struct {
 	transitions    *prometheus.CounterVec
 	staleSignals   *prometheus.CounterVec
 	signalsDropped *prometheus.CounterVec
+	forgiven       *prometheus.CounterVec
 	waitingToSync  prometheus.Gauge
 	syncing        prometheus.Gauge
 }
@@ -35,6 +36,10 @@ func newMetrics() *metrics {
 		signalsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetgraph_cluster_signals_dropped_total", Help: "Lifecycle signals dropped because the lifecycle was busy.",
 		}, []string{"cluster"}),
+		forgiven: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetgraph_cluster_probe_timeouts_forgiven_total",
+			Help: "Readiness probes that timed out but did not count as failures, because the cluster's lists and watches delivered data meanwhile.",
+		}, []string{"cluster"}),
 		waitingToSync: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fleetgraph_clusters_waiting_to_sync", Help: "Clusters waiting for their turn to start an initial sync (MaxConcurrentSyncs).",
 		}),
@@ -46,7 +51,7 @@ func newMetrics() *metrics {
 
 func (m *metrics) register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{
-		m.probes, m.probeFailures, m.transitions, m.staleSignals, m.signalsDropped, m.waitingToSync, m.syncing,
+		m.probes, m.probeFailures, m.transitions, m.staleSignals, m.signalsDropped, m.forgiven, m.waitingToSync, m.syncing,
 	} {
 		if err := r.Register(c); err != nil {
 			return fmt.Errorf("register connection metrics: %w", err)

@@ -61,9 +61,23 @@ func withHealthChecks(cfg *rest.Config, readIdle, pingTimeout time.Duration) (*r
 // readActivity records when a cluster's connection last delivered response
 // bytes (list pages, watch events): proof that its API server answers,
 // whatever a probe that timed out says. Dead, frozen and black-holed
-// servers deliver nothing, so they are still detected.
+// servers deliver nothing, so they are still detected. Connections of
+// configs that keep client-go's transport (exec plugins, auth providers:
+// see withHealthChecks) have no HTTP/2 pings, so data a dead server had
+// already sent can still be read for a while; the session bounds how many
+// timed-out probes it forgives (forgiveAfterSync).
+//
+// Times are offsets from a monotonic base: a step of the wall clock (NTP,
+// a resumed VM) cannot make an old read look recent.
 type readActivity struct {
-	last atomic.Int64 // Unix nanoseconds of the last read that returned bytes
+	base time.Time    // carries a monotonic reading
+	last atomic.Int64 // nanoseconds from base to the last read that returned bytes; -1 before the first
+}
+
+func newReadActivity() *readActivity {
+	a := &readActivity{base: time.Now()}
+	a.last.Store(-1)
+	return a
 }
 
 // wrap is a transport wrapper (rest.Config.Wrap) that watches every
@@ -72,8 +86,15 @@ func (a *readActivity) wrap(rt http.RoundTripper) http.RoundTripper {
 	return activityTransport{rt: rt, a: a}
 }
 
-// since reports whether response bytes arrived at or after t.
-func (a *readActivity) since(t time.Time) bool { return a.last.Load() >= t.UnixNano() }
+// since reports whether response bytes arrived at or after t, a time
+// taken with time.Now (so with a monotonic reading).
+func (a *readActivity) since(t time.Time) bool {
+	last := a.last.Load()
+	return last >= 0 && last >= int64(t.Sub(a.base))
+}
+
+// read records that response bytes arrived now.
+func (a *readActivity) read() { a.last.Store(int64(time.Since(a.base))) }
 
 type activityTransport struct {
 	rt http.RoundTripper
@@ -97,7 +118,7 @@ type activityBody struct {
 func (b activityBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if n > 0 {
-		b.a.last.Store(time.Now().UnixNano())
+		b.a.read()
 	}
 	return n, err
 }
