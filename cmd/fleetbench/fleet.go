@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"k8s.io/client-go/rest"
 
 	"github.com/fleetgraph/fleetgraph/connection"
@@ -39,6 +41,7 @@ type fleetOptions struct {
 	profile string
 	heap    string
 	relist  time.Duration
+	syncs   int
 }
 
 // runFleet is fleetbench fleet: the real collector (connection.Manager, as
@@ -76,6 +79,7 @@ func runFleet(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.window, "window", 60*time.Second, "steady-state measurement window (the collector's relists, every 5 minutes by default, fall outside it unless -relist is shorter)")
 	fs.BoolVar(&o.verbose, "v", false, "log progress to stderr")
 	fs.DurationVar(&o.relist, "relist", 0, "the collector's anti-entropy relist interval (0: its default)")
+	fs.IntVar(&o.syncs, "max-concurrent-syncs", 0, "clusters that may sync at once (connection.Options.MaxConcurrentSyncs: 0 its default, -1 no limit)")
 	fs.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of the steady-state window to this file")
 	fs.StringVar(&o.heap, "memprofile", "", "write a heap profile at the end of the window to this file")
 	if err := fs.Parse(args); err != nil {
@@ -185,7 +189,10 @@ func fleetOnce(ctx context.Context, n int, o fleetOptions) (fleetResult, error) 
 
 	listed, rbac := o.shape.objects()
 	store := index.New(memtables.Open)
-	mgr, err := connection.NewManager(connection.Options{Store: store, Logger: logger, Relist: o.relist})
+	metrics := prometheus.NewRegistry()
+	mgr, err := connection.NewManager(connection.Options{
+		Store: store, Logger: logger, Relist: o.relist, MaxConcurrentSyncs: o.syncs, Registerer: metrics,
+	})
 	if err != nil {
 		return fleetResult{}, err
 	}
@@ -224,7 +231,11 @@ func fleetOnce(ctx context.Context, n int, o fleetOptions) (fleetResult, error) 
 		}
 	}
 	firstSync, syncCPU := time.Since(start), measure.CPUTime()-cpu0
-	logf("first sync %.2fs, CPU %.2fs", firstSync.Seconds(), syncCPU.Seconds())
+	_, syncPeak, _ := procRSS(os.Getpid())
+	logf("first sync %.2fs, CPU %.2fs, peak RSS %d MiB, %.0f clusters lost (DISCONNECTED) during it, %.0f timed-out probes forgiven",
+		firstSync.Seconds(), syncCPU.Seconds(), syncPeak>>20,
+		metricSum(metrics, "fleetgraph_cluster_state_transitions_total", "state", "DISCONNECTED"),
+		metricSum(metrics, "fleetgraph_cluster_probe_timeouts_forgiven_total", "", ""))
 	if err := checkFleetCounts(ctx, store, n, o.shape); err != nil {
 		return fleetResult{}, fmt.Errorf("after the first sync: %w", err)
 	}
@@ -285,6 +296,29 @@ func fleetOnce(ctx context.Context, n int, o fleetOptions) (fleetResult, error) 
 		clusters: n, objects: n * (listed + rbac), firstSync: firstSync, steadyCores: cores,
 		rssBytes: rss, changeP99: p(0.99), changes: len(ds),
 	}, nil
+}
+
+// metricSum adds up a counter's series whose label has the value given,
+// or all of them for label "" (0 if the registry cannot be read).
+func metricSum(g prometheus.Gatherer, name, label, value string) float64 {
+	families, err := g.Gather()
+	if err != nil {
+		return 0
+	}
+	sum := 0.0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if label == "" || slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool {
+				return l.GetName() == label && l.GetValue() == value
+			}) {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }
 
 // changeLatencies collects, until ctx ends, the time from each pod change
