@@ -42,7 +42,8 @@
 //
 // Store is the implementation. Object rows live in purpose-built
 // structures (a row table, posting lists of small row ids, name-ordered
-// sorted runs and pre-aggregated count cells; see objIndex) because
+// sorted runs of every row and of large lists, and pre-aggregated count
+// cells; see objIndex) because
 // go-memdb's per-row cost missed the memory and ingest goals; clusters,
 // kinds, RBAC rows and their per-cluster revisions are tables of the
 // database that New is given (the index/tables contract; index/memtables

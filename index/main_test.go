@@ -37,10 +37,18 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
+// testOrderMin is the list size from which test stores keep a list's name
+// order (cellOrderMin and labelOrderMin in production): the small fleets
+// of the tests then have lists with and without one, and lists that gain
+// and lose theirs.
+const testOrderMin = 4
+
 func newTestStore(t testing.TB, opts ...Option) (*Store, *fakeClock) {
 	t.Helper()
 	clk := newFakeClock()
-	return New(memtables.Open, append([]Option{WithClock(clk.Now)}, opts...)...), clk
+	s := New(memtables.Open, append([]Option{WithClock(clk.Now)}, opts...)...)
+	s.x.cellOrders.min, s.x.labelOrders.min = testOrderMin, testOrderMin
+	return s, clk
 }
 
 var podKind = Kind{Version: "v1", Kind: "Pod", Resource: "pods", Namespaced: true}

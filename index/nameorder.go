@@ -9,7 +9,8 @@ import (
 )
 
 // nameOrder keeps every row in (name, key) order for name-ordered pages
-// that walk the order instead of sorting a source (see plan.run).
+// that walk the order instead of sorting a source (see plan.run). A large
+// posting list keeps its own members the same way (see listOrders).
 //
 // It is a log-structured set of sorted runs rather than a search tree.
 // The rows a write inserts are sorted among themselves (they are in cache)
@@ -24,12 +25,13 @@ import (
 // comparisons for each row it yields), and seeking costs a binary search
 // per run.
 //
-// Removing a row leaves its item in place. An item is live while its row
-// id's generation (objIndex.gens, bumped when an id is freed) is the one it
-// was added with; walks skip dead items, the removed row's key is kept
-// aside for comparisons, and once dead items are a quarter of all items the
-// runs are compacted into one. Items are pointer-free, so the garbage
-// collector does not scan the runs (a million pointers less to mark).
+// Removing a row leaves its item in place. An item names its row by id and
+// the id's generation (objIndex.gens, bumped when an id is freed), and is
+// dead while the dead map holds that pair, with the removed row's key for
+// comparisons; walks skip dead items, and once dead items are a quarter of
+// all items they are dropped from the runs. Items are pointer-free, so the
+// garbage collector does not scan the runs (a million pointers less to
+// mark).
 //
 // Merges happen under the Store's write lock, which is why runs stop
 // growing at maxMergedRun: merging two runs of half a million rows took
@@ -40,8 +42,13 @@ type nameOrder struct {
 	pending []nameItem   // inserted by the write in progress
 	items   int          // items in runs, live or dead
 	dead    map[uint64]deadRow
-	deadIDs []uint64 // bit per row id that has or had a dead item since the last compaction
-	maxRun  int      // maxMergedRun; tests lower it
+	deadIDs []uint64 // bit per row id (masked by idMask) that has or had a dead item since the last compaction
+	idMask  uint32   // ^0 for the whole order; a list's order folds ids into a small filter
+	// minCompact is the fewest dead items that compact (with a quarter
+	// of all items).
+	minCompact int
+	maxRun     int  // maxMergedRun; tests lower it
+	queued     bool // a list's order is in its listOrders.dirty
 }
 
 // maxMergedRun bounds the runs that merges build: merging costs about
@@ -83,13 +90,16 @@ func (o *nameOrder) keyOf(it *nameItem) (string, uint16) {
 
 // compare orders items by name, then key. Most comparisons are decided by
 // the prefixes, without loading rows.
-func (o *nameOrder) compare(a, b *nameItem) int {
+func (o *nameOrder) compare(a, b *nameItem) int { return compareItems(o, a, o, b) }
+
+// compareItems orders item a of order ao and item b of order bo.
+func compareItems(ao *nameOrder, a *nameItem, bo *nameOrder, b *nameItem) int {
 	if c := a.pfx.compare(b.pfx); c != 0 {
 		return c
 	}
-	ak, ao := o.keyOf(a)
-	bk, bo := o.keyOf(b)
-	return compareKeys(ak, ao, bk, bo)
+	ak, aOff := ao.keyOf(a)
+	bk, bOff := bo.keyOf(b)
+	return compareKeys(ak, aOff, bk, bOff)
 }
 
 // compareSeek orders an item against a seek position.
@@ -133,35 +143,63 @@ func compareByName(a, b *objRow) int {
 }
 
 func newNameOrder(x *objIndex) *nameOrder {
-	return &nameOrder{x: x, dead: map[uint64]deadRow{}, maxRun: maxMergedRun}
+	return &nameOrder{x: x, dead: map[uint64]deadRow{}, idMask: ^uint32(0), minCompact: 1024, maxRun: maxMergedRun}
 }
 
-// live reports whether it is the item of a stored row. Only the ids in
-// deadIDs can have a dead item, so most items need no look at gens, which
-// was a cache miss for every item a walk visited (deadIDs is a bit per id,
-// 32 times smaller).
+// live reports whether it is the item of a stored row (of the list, for
+// a list's order). Only the ids in deadIDs can have a dead item, so most
+// items need no look at the dead map, which was a cache miss for every
+// item a walk visited (deadIDs is a bit per id, 32 times smaller; a
+// list's order folds the ids into 4,096 bits, so that thousands of lists
+// do not each hold a bit per row of the index).
 func (o *nameOrder) live(it *nameItem) bool {
-	w := int(it.rid >> 6)
-	if w >= len(o.deadIDs) || o.deadIDs[w]&(1<<(it.rid&63)) == 0 {
+	if len(o.dead) == 0 {
 		return true
 	}
-	return o.x.gens[it.rid] == it.gen
+	id := it.rid & o.idMask
+	w := int(id >> 6)
+	if w >= len(o.deadIDs) || o.deadIDs[w]&(1<<(id&63)) == 0 {
+		return true
+	}
+	_, dead := o.dead[rowGen(it.rid, it.gen)]
+	return !dead
 }
 
 // insert queues a stored row; flush adds it to the order.
 func (o *nameOrder) insert(pfx namePfx, r *objRow) {
-	o.pending = append(o.pending, nameItem{pfx: pfx, rid: r.rid, gen: o.x.gens[r.rid]})
+	o.insertID(pfx, r.rid, o.x.gens[r.rid])
+}
+
+// insertID queues row id rid of generation gen, named with prefix pfx. A
+// row that left a list's order and comes back before a compaction has
+// its dead item still in place, at its position: the item lives again,
+// so that no row has two items. (The whole order's rows never come back:
+// a removed row's id gets a new generation.)
+func (o *nameOrder) insertID(pfx namePfx, rid, gen uint32) {
+	if len(o.dead) > 0 {
+		if _, dead := o.dead[rowGen(rid, gen)]; dead {
+			delete(o.dead, rowGen(rid, gen))
+			return
+		}
+	}
+	o.pending = append(o.pending, nameItem{pfx: pfx, rid: rid, gen: gen})
 }
 
 // remove records that a row is going, before its id's generation is
 // bumped: its item dies in place.
 func (o *nameOrder) remove(r *objRow) {
-	o.dead[rowGen(r.rid, o.x.gens[r.rid])] = deadRow{key: r.key, nameOff: r.nameOff}
-	w := int(r.rid >> 6)
+	o.removeID(r, o.x.gens[r.rid])
+}
+
+// removeID records that row r, of generation gen, leaves the order.
+func (o *nameOrder) removeID(r *objRow, gen uint32) {
+	o.dead[rowGen(r.rid, gen)] = deadRow{key: r.key, nameOff: r.nameOff}
+	id := r.rid & o.idMask
+	w := int(id >> 6)
 	if w >= len(o.deadIDs) {
 		o.deadIDs = slices.Grow(o.deadIDs, w+1-len(o.deadIDs))[:w+1]
 	}
-	o.deadIDs[w] |= 1 << (r.rid & 63)
+	o.deadIDs[w] |= 1 << (id & 63)
 }
 
 // len returns the number of live rows.
@@ -172,7 +210,7 @@ func (o *nameOrder) len() int { return o.items + len(o.pending) - len(o.dead) }
 // lock.
 func (o *nameOrder) flush() {
 	o.addPending()
-	if len(o.dead) > max(o.items/4, 1024) {
+	if len(o.dead) > max(o.items/4, o.minCompact) {
 		o.compact()
 	}
 }
@@ -262,36 +300,44 @@ func (o *nameOrder) merge(runs [][]nameItem) []nameItem {
 // comparison per run: at 10M rows (over 300 runs) a label-selector page
 // that visits a few thousand items took 39 times its 1M time.
 func (o *nameOrder) walk(pivot *nameSeek, within *pfxRange, desc bool, visit func(rid uint32) bool) {
+	walkOrders([]*nameOrder{o}, pivot, within, desc, visit)
+}
+
+// walkOrders is walk over the union of orders, which hold no row twice
+// (the orders of disjoint lists).
+func walkOrders(orders []*nameOrder, pivot *nameSeek, within *pfxRange, desc bool, visit func(rid uint32) bool) {
 	// Each cursor is the next index of its run to yield: counting up from
 	// the first item at or after the pivot when ascending, down from the
 	// last item at or before it when descending.
-	m := runMerge{o: o, desc: desc, heads: make([]runHead, 0, len(o.runs))}
-	for _, r := range o.runs {
-		pos := 0
-		switch {
-		case pivot == nil && !desc:
-		case pivot == nil:
-			pos = len(r) - 1
-		case !desc:
-			pos = sort.Search(len(r), func(j int) bool { return o.compareSeek(&r[j], pivot) >= 0 })
-		default:
-			pos = sort.Search(len(r), func(j int) bool { return o.compareSeek(&r[j], pivot) > 0 }) - 1
-		}
-		switch {
-		case within == nil:
-		case !desc:
-			pos = max(pos, sort.Search(len(r), func(j int) bool { return r[j].pfx.compare(within.lo) >= 0 }))
-		default:
-			pos = min(pos, sort.Search(len(r), func(j int) bool { return r[j].pfx.compare(within.hi) > 0 })-1)
-		}
-		if pos >= 0 && pos < len(r) {
-			m.heads = append(m.heads, runHead{run: r, pos: pos})
+	m := runMerge{desc: desc}
+	for _, o := range orders {
+		for _, r := range o.runs {
+			pos := 0
+			switch {
+			case pivot == nil && !desc:
+			case pivot == nil:
+				pos = len(r) - 1
+			case !desc:
+				pos = sort.Search(len(r), func(j int) bool { return o.compareSeek(&r[j], pivot) >= 0 })
+			default:
+				pos = sort.Search(len(r), func(j int) bool { return o.compareSeek(&r[j], pivot) > 0 }) - 1
+			}
+			switch {
+			case within == nil:
+			case !desc:
+				pos = max(pos, sort.Search(len(r), func(j int) bool { return r[j].pfx.compare(within.lo) >= 0 }))
+			default:
+				pos = min(pos, sort.Search(len(r), func(j int) bool { return r[j].pfx.compare(within.hi) > 0 })-1)
+			}
+			if pos >= 0 && pos < len(r) {
+				m.heads = append(m.heads, runHead{o: o, run: r, pos: pos})
+			}
 		}
 	}
 	m.init()
 	for len(m.heads) > 0 {
 		h := &m.heads[0]
-		it := &h.run[h.pos]
+		o, it := h.o, &h.run[h.pos]
 		if within != nil && !within.holds(it.pfx) {
 			return // the heads come in order: every later item is outside too
 		}
@@ -312,8 +358,10 @@ func (o *nameOrder) walk(pivot *nameSeek, within *pfxRange, desc bool, visit fun
 	}
 }
 
-// runHead is a run and the index of its next item in a merge.
+// runHead is a run of an order and the index of its next item in a
+// merge.
 type runHead struct {
+	o   *nameOrder
 	run []nameItem
 	pos int
 }
@@ -321,14 +369,14 @@ type runHead struct {
 // runMerge is a binary heap of run heads, the next item of the order
 // first.
 type runMerge struct {
-	o     *nameOrder
 	desc  bool
 	heads []runHead
 }
 
 // before reports whether head i's item comes before head j's in the walk.
 func (m *runMerge) before(i, j int) bool {
-	c := m.o.compare(&m.heads[i].run[m.heads[i].pos], &m.heads[j].run[m.heads[j].pos])
+	a, b := &m.heads[i], &m.heads[j]
+	c := compareItems(a.o, &a.run[a.pos], b.o, &b.run[b.pos])
 	return (!m.desc && c < 0) || (m.desc && c > 0)
 }
 

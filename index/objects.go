@@ -152,7 +152,7 @@ func (w *writeTxn) putObject(o *Object, old *objRow) {
 		ids = x.internLabels(buf[:0], o.Labels)
 	}
 	if r := w.putRow(o, old, ids); r != nil {
-		x.updateLabels(old, r, x.maxRows())
+		x.updateLabels(old, r, x.view())
 	}
 }
 
@@ -296,12 +296,13 @@ func (w *writeTxn) upsertBulk(rows []Object, table *LabelTable) (olds []*objRow,
 			}
 		}
 	}()
-	// stored hands the second helper the changes so far, and the size
-	// of the row id space for them: x.rows is this goroutine's.
+	// stored hands the second helper the changes so far, and a view of
+	// the row id space for them: x.rows, x.pfx and x.gens are this
+	// goroutine's.
 	type change struct{ old, new *objRow }
 	type handoff struct {
 		changes []change
-		maxRows int
+		view    rowView
 	}
 	changes := make([]change, 0, len(rows)) // never grown: the helper reads it
 	stored := make(chan handoff, len(rows)/bulkChunk+2)
@@ -312,7 +313,7 @@ func (w *writeTxn) upsertBulk(rows []Object, table *LabelTable) (olds []*objRow,
 		done := 0
 		for h := range stored {
 			for _, c := range h.changes[done:] {
-				x.updateLabels(c.old, c.new, h.maxRows)
+				x.updateLabels(c.old, c.new, h.view)
 			}
 			done = len(h.changes)
 		}
@@ -326,7 +327,7 @@ func (w *writeTxn) upsertBulk(rows []Object, table *LabelTable) (olds []*objRow,
 		}
 		start = ends[i]
 		if (i+1)%bulkChunk == 0 || i == len(rows)-1 {
-			stored <- handoff{changes, x.maxRows()}
+			stored <- handoff{changes, x.view()}
 		}
 	}
 	close(stored)
@@ -387,7 +388,7 @@ func (w *writeTxn) setObjects(stale map[uint32]struct{}, rows []Object, table *L
 			}
 			var ids [16]uint32
 			if r := w.putRow(&rows[i], olds[i], labels.intern(x, ids[:0], i)); r != nil {
-				x.updateLabels(olds[i], r, x.maxRows())
+				x.updateLabels(olds[i], r, x.view())
 			}
 		}
 	}

@@ -17,6 +17,8 @@ import "slices"
 //   - sorted runs of rows in (name, key) order for name-ordered pages
 //     (nameOrder), and each row's name prefix by row id, so that sorting a
 //     source by name rarely loads a row;
+//   - the same runs for each large (kind, status) and label pair posting
+//     list (listOrders), so that a name-ordered page of one is a seek;
 //   - count cells per (kind, status) at fleet, cluster, namespace and
 //     namespace-name level, so totals and facets cost a few thousand
 //     additions at 1M objects.
@@ -47,6 +49,9 @@ type objIndex struct {
 	// every row of the kind: widened as rows come, never narrowed, so a
 	// walk of the name order for some kinds starts and ends there.
 	kindNames []pfxRange
+	// cellOrders and labelOrders are the name orders of large kindStatus
+	// and label pair lists (see listOrders).
+	cellOrders, labelOrders listOrders
 	// allCluster is the ClusterAccess that sees a whole cluster, used
 	// for viewers with Access.All.
 	allCluster *ClusterAccess
@@ -76,15 +81,17 @@ type nsAgg struct {
 
 func newObjIndex() *objIndex {
 	x := &objIndex{
-		clusters:   newStrDict(),
-		namespaces: newStrDict(),
-		kinds:      newKindDict(),
-		labels:     newLabelDict(),
-		msgs:       newMsgDict(),
-		byKey:      newKeyIndex(),
-		kindStatus: map[uint32]*postings{},
-		byNsName:   map[uint32]*cells{},
-		allCluster: &ClusterAccess{All: true},
+		clusters:    newStrDict(),
+		namespaces:  newStrDict(),
+		kinds:       newKindDict(),
+		labels:      newLabelDict(),
+		msgs:        newMsgDict(),
+		byKey:       newKeyIndex(),
+		kindStatus:  map[uint32]*postings{},
+		byNsName:    map[uint32]*cells{},
+		allCluster:  &ClusterAccess{All: true},
+		cellOrders:  listOrders{min: cellOrderMin, maxRun: listOrderMaxRun},
+		labelOrders: listOrders{min: labelOrderMin, maxRun: listOrderMaxRun},
 	}
 	x.namespaces.ref(x.namespaces.intern("")) // never retired
 	x.byName = newNameOrder(x)
@@ -178,7 +185,7 @@ func (x *objIndex) remove(r *objRow) {
 	}
 	x.namespaces.unref(r.nsid)
 	x.kinds.unref(r.kind)
-	x.removeLabels(r)
+	x.removeLabels(r, x.gens[r.rid])
 	x.byName.remove(r)
 	x.gens[r.rid]++
 	x.rows[r.rid] = nil
@@ -270,17 +277,17 @@ func (x *objIndex) byKindOf(ca *clusterAgg, kid uint32) *postings {
 }
 
 // updateLabels indexes the labels of r, which replaced old (nil for a new
-// row); maxRows is the size of the row id space (x.maxRows()). It touches
-// only the label dictionary's postings and keyPost, so it may run beside
-// changes to everything else (see upsertBulk), which is why it does not
-// read x.rows for maxRows.
-func (x *objIndex) updateLabels(old, r *objRow, maxRows int) {
+// row); v is x.view(), taken by the write's goroutine. It touches only the
+// label dictionary's postings, their orders and keyPost, so it may run
+// beside changes to everything else (see upsertBulk), which is why it does
+// not read x.rows, x.pfx or x.gens itself.
+func (x *objIndex) updateLabels(old, r *objRow, v rowView) {
 	switch {
 	case old == nil:
-		x.addLabels(r, maxRows)
+		x.addLabels(r, v)
 	case old.labelBytes() != r.labelBytes():
-		x.removeLabels(old) // old.rid is r.rid
-		x.addLabels(r, maxRows)
+		x.removeLabels(old, v.gens[old.rid]) // old.rid is r.rid
+		x.addLabels(r, v)
 	}
 }
 
@@ -323,20 +330,23 @@ func (x *objIndex) addCounts(r *objRow, ca *clusterAgg, na *nsAgg, d int32) {
 			x.kindStatus[k] = p
 		}
 		p.add(r.rid, x.maxRows())
+		x.cellOrders.added(x, p, r.rid, x.view())
 		return
 	}
 	p.remove(r.rid)
+	x.cellOrders.removed(p, r, x.gens[r.rid])
 	if p.len() == 0 {
 		delete(x.kindStatus, k)
 	}
 }
 
-func (x *objIndex) addLabels(r *objRow, n int) {
-	rid := r.rid
+func (x *objIndex) addLabels(r *objRow, v rowView) {
+	rid, n := r.rid, v.maxRows
 	for i := range r.numLabels() {
 		pid := r.label(i)
 		lp := x.labels.pairs.at(pid)
 		lp.rows.add(rid, n)
+		x.labelOrders.added(x, &lp.rows, rid, v)
 		kid := lp.kid
 		if int(kid) >= len(x.keyPost) {
 			x.keyPost = slices.Grow(x.keyPost, int(kid)+1-len(x.keyPost))[:kid+1]
@@ -345,12 +355,14 @@ func (x *objIndex) addLabels(r *objRow, n int) {
 	}
 }
 
-func (x *objIndex) removeLabels(r *objRow) {
+// removeLabels unindexes the labels of r, whose id has generation gen.
+func (x *objIndex) removeLabels(r *objRow, gen uint32) {
 	rid := r.rid
 	for i := range r.numLabels() {
 		pid := r.label(i)
 		lp := x.labels.pairs.at(pid)
 		lp.rows.remove(rid)
+		x.labelOrders.removed(&lp.rows, r, gen)
 		if lp.rows.len() == 0 {
 			x.labels.unused(pid)
 		}

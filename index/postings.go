@@ -27,6 +27,9 @@ type postings struct {
 	ids []uint32 // two or more members, without bm
 	bm  *bitmap
 	one uint32 // the only member plus one, or 0
+	// ord is the list's name order in its listOrders plus one, or 0 (in
+	// what was padding: a label pair still costs 48 bytes).
+	ord uint32
 }
 
 // bitmap is the dense form of postings.

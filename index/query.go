@@ -327,24 +327,8 @@ const exactScanRatio = 10
 // not counted).
 func (p *plan) run(o Order, after *sortKey, first int, counted bool) ([]*objRow, bool, int, error) {
 	src := p.bestSource()
-	live := len(p.x.rows) - len(p.x.free)
-	// Walking the name order from the cursor finds a page after about
-	// first*live/matches rows, each loaded and checked. Collecting visits
-	// the whole source, but an exact source costs only a prefix comparison
-	// per row, about exactScanRatio times less than a row visit.
-	ratio := 1
-	if src.exact {
-		ratio = exactScanRatio
-	}
-	if o.Field == OrderName && src.est > 4*first && src.est*src.est >= ratio*first*live {
-		// Matches are plentiful enough for the walk to be cheaper, if they
-		// are spread over the order. They need not be: names often start
-		// with their kind or app, so a kind's rows can be one stretch of
-		// the order, far from its start (on the 1M-object fleet, a page of
-		// Pods walked the half million rows named before "pod-" and took
-		// over a second). So the walk gives up, and collects, once it has
-		// cost what collecting would: never more than twice a collect.
-		rows, more, ok, err := p.walk(src, o, after, first, walkBudget(src, first))
+	if budget := p.walkPlan(&src, first); o.Field == OrderName && budget > 0 {
+		rows, more, ok, err := p.walk(src, o, after, first, budget)
 		if err != nil {
 			return nil, false, 0, err
 		}
@@ -361,6 +345,38 @@ func (p *plan) run(o Order, after *sortKey, first int, counted bool) ([]*objRow,
 		total = 0
 	}
 	return rows, more, total, err
+}
+
+// walkPlan returns how many items a walk of the name order for src may
+// visit before it gives up and collects, or 0 when collecting is cheaper.
+// It clears src.orders when the walk is to be of the whole index's order.
+func (p *plan) walkPlan(src *source, first int) int {
+	if src.exact && src.orders != nil {
+		// The page is the source's first rows after the cursor in its
+		// lists' name orders, and the total its size.
+		return src.est + first + 1
+	}
+	src.orders = nil
+	live := len(p.x.rows) - len(p.x.free)
+	// Walking the name order from the cursor finds a page after about
+	// first*live/matches rows, each loaded and checked. Collecting visits
+	// the whole source, but an exact source costs only a prefix comparison
+	// per row, about exactScanRatio times less than a row visit.
+	ratio := 1
+	if src.exact {
+		ratio = exactScanRatio
+	}
+	if src.est <= 4*first || src.est*src.est < ratio*first*live {
+		return 0
+	}
+	// Matches are plentiful enough for the walk to be cheaper, if they
+	// are spread over the order. They need not be: names often start with
+	// their kind or app, so a kind's rows can be one stretch of the order,
+	// far from its start (on the 1M-object fleet, a page of Pods walked
+	// the half million rows named before "pod-" and took over a second).
+	// So the walk gives up, and collects, once it has cost what collecting
+	// would: never more than twice a collect.
+	return walkBudget(*src, first)
 }
 
 // walkBudget is how many items a walk visits before it gives up: what
@@ -444,10 +460,12 @@ func (p *plan) count(src source) (int, error) {
 
 // walk reads rows in order from the cursor, keeping matches, until it has
 // first+1 or has visited budget rows (then ok is false). Only the name
-// order has an index to walk. Rows outside src are skipped without being
-// loaded when src can test membership; rows of an exact source need no
-// filter check. Every walkChunk rows it pauses (see pacer) and resumes
-// after the last row it visited.
+// order has an index to walk: the whole index's, or src.orders, its
+// lists' own. Rows outside src are skipped without being loaded when src
+// can test membership; rows of an exact source need no filter check.
+// Every walkChunk rows it pauses (see pacer) and resumes after the last
+// row it visited; a walk of src.orders gives up instead (ok false), as
+// writers may have changed the orders meanwhile.
 func (p *plan) walk(src source, o Order, after *sortKey, first, budget int) (rows []*objRow, more, ok bool, err error) {
 	x := p.x
 	for {
@@ -455,9 +473,13 @@ func (p *plan) walk(src source, o Order, after *sortKey, first, budget int) (row
 		if after != nil {
 			pivot = &nameSeek{pfx: namePrefix(after.str), key: after.key, nameOff: uint16(len(after.key) - 1 - len(after.str))}
 		}
-		exact := src.exact && src.has != nil && (p.pace == nil || !p.pace.paused)
+		exact := src.exact && (src.has != nil || src.orders != nil) && (p.pace == nil || !p.pace.paused)
 		visited, last, stopped := 0, uint32(0), false
-		x.byName.walk(pivot, p.kindNames(), o.Desc, func(rid uint32) bool {
+		walk := func(visit func(rid uint32) bool) { x.byName.walk(pivot, p.kindNames(), o.Desc, visit) }
+		if src.orders != nil {
+			walk = func(visit func(rid uint32) bool) { walkOrders(src.orders, pivot, nil, o.Desc, visit) }
+		}
+		walk(func(rid uint32) bool {
 			if p.pace != nil && visited == walkChunk {
 				if p.pace.due() {
 					stopped = true
@@ -471,7 +493,7 @@ func (p *plan) walk(src source, o Order, after *sortKey, first, budget int) (row
 			if budget < 0 {
 				return false
 			}
-			if src.has != nil && !src.has(rid) {
+			if src.orders == nil && src.has != nil && !src.has(rid) {
 				return true
 			}
 			r := x.rows[rid]
@@ -492,6 +514,9 @@ func (p *plan) walk(src source, o Order, after *sortKey, first, budget int) (row
 		}
 		if !stopped {
 			break
+		}
+		if src.orders != nil {
+			return nil, false, false, nil
 		}
 		// The chunk ended: resume after its last row once others ran.
 		sk := x.sortKeyOf(OrderName, x.rows[last])

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -261,32 +262,38 @@ func TestQueryMatchesReference(t *testing.T) {
 			}
 		}
 		slices.SortFunc(want, func(x, y Object) int { return refCompare(order, &x, &y) })
-		first := 1 + rnd.IntN(15)
-		var got []Object
-		after := ""
-		for pages := 0; ; pages++ {
-			p, err := s.Query(ctxb, Query{Filter: f, Order: order, First: first, After: after, Access: a})
-			mustNoErr(t, err)
-			if p.TotalCount != len(want) {
-				t.Fatalf("case %d %+v order %v: total %d, want %d", i, f, order, p.TotalCount, len(want))
-			}
-			for _, e := range p.Edges {
-				got = append(got, *e.Object)
-			}
-			if !p.HasNextPage {
-				break
-			}
-			after = p.Edges[len(p.Edges)-1].Cursor
-		}
-		if len(got) != len(want) {
-			t.Fatalf("case %d %+v order %v: got %d rows, want %d", i, f, order, len(got), len(want))
-		}
-		for j := range got {
-			if got[j].Key() != want[j].Key() {
-				t.Fatalf("case %d %+v order %v: row %d = %s, want %s", i, f, order, j, got[j].Key(), want[j].Key())
-			}
-		}
+		q := Query{Filter: f, Order: order, First: 1 + rnd.IntN(15), Access: a}
+		checkPaged(t, s, q, want, fmt.Sprintf("case %d %+v order %v", i, f, order))
 		checkFacets(t, s, f, a, want)
+	}
+}
+
+// checkPaged pages through q from its start and checks each page's total
+// and all the rows, in order, against want.
+func checkPaged(t *testing.T, s *Store, q Query, want []Object, what string) {
+	t.Helper()
+	var got []Object
+	for {
+		p, err := s.Query(ctxb, q)
+		mustNoErr(t, err)
+		if p.TotalCount != len(want) {
+			t.Fatalf("%s: total %d, want %d", what, p.TotalCount, len(want))
+		}
+		for _, e := range p.Edges {
+			got = append(got, *e.Object)
+		}
+		if !p.HasNextPage {
+			break
+		}
+		q.After = p.Edges[len(p.Edges)-1].Cursor
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%s: got %d rows, want %d", what, len(got), len(want))
+	}
+	for j := range got {
+		if got[j].Key() != want[j].Key() {
+			t.Fatalf("%s: row %d = %s, want %s", what, j, got[j].Key(), want[j].Key())
+		}
 	}
 }
 
@@ -294,10 +301,20 @@ func TestQueryMatchesReference(t *testing.T) {
 // is exact and large (one label value, one kind and status, seen by an
 // admin), so that the planner walks the name order and takes the source's
 // membership test as the whole filter; every page must match brute force.
-// Rows are also deleted, so the walk meets dead items.
+// Rows are also deleted, so the walk meets dead items. It runs with the
+// lists' own name orders (see listOrders) and without, when the walk is of
+// the whole index's order.
 func TestWalkExactSources(t *testing.T) {
+	t.Run("whole order", func(t *testing.T) { testWalkExactSources(t, false) })
+	t.Run("list orders", func(t *testing.T) { testWalkExactSources(t, true) })
+}
+
+func testWalkExactSources(t *testing.T, lists bool) {
 	rnd := rand.New(rand.NewPCG(3, 9))
 	s, _ := newTestStore(t)
+	if !lists {
+		s.x.cellOrders.min, s.x.labelOrders.min = math.MaxInt, math.MaxInt
+	}
 	for i := range 3000 {
 		o := randomObject(rnd)
 		o.Name = fmt.Sprintf("%s-%d", o.Name, i) // names repeat, keys do not
@@ -312,6 +329,12 @@ func TestWalkExactSources(t *testing.T) {
 		model = append(model, *o)
 	}
 	admin := &Access{All: true}
+	ordered := 0 // walks of list orders
+	defer func() {
+		if lists && ordered == 0 {
+			t.Errorf("no source had list orders")
+		}
+	}()
 	for _, f := range []Filter{
 		{LabelSelector: "k0=v1"},
 		{LabelSelector: "n"},
@@ -326,8 +349,11 @@ func TestWalkExactSources(t *testing.T) {
 			mustNoErr(t, err)
 			src, live := p.bestSource(), len(s.x.rows)-len(s.x.free)
 			s.mu.RUnlock()
-			if !src.exact || src.has == nil || src.est*src.est < exactScanRatio*first*live {
-				t.Fatalf("%+v: source exact=%v has=%v est=%d: the planner would not walk it", f, src.exact, src.has != nil, src.est)
+			if !src.exact || src.has == nil || src.est*src.est < exactScanRatio*first*live || (src.orders != nil && !lists) {
+				t.Fatalf("%+v: source exact=%v has=%v orders=%v est=%d: the planner would not walk it", f, src.exact, src.has != nil, src.orders != nil, src.est)
+			}
+			if src.orders != nil {
+				ordered++
 			}
 			var want []Object
 			for _, o := range model {
@@ -336,26 +362,7 @@ func TestWalkExactSources(t *testing.T) {
 				}
 			}
 			slices.SortFunc(want, func(x, y Object) int { return refCompare(order, &x, &y) })
-			var got []Object
-			for after := ""; len(got) < 40; {
-				p, err := s.Query(ctxb, Query{Filter: f, Order: order, First: first, After: after, Access: admin})
-				mustNoErr(t, err)
-				if p.TotalCount != len(want) {
-					t.Fatalf("%+v: total %d, want %d", f, p.TotalCount, len(want))
-				}
-				for _, e := range p.Edges {
-					got = append(got, *e.Object)
-				}
-				if !p.HasNextPage {
-					break
-				}
-				after = p.Edges[len(p.Edges)-1].Cursor
-			}
-			for j := range got {
-				if got[j].Key() != want[j].Key() {
-					t.Fatalf("%+v desc=%v: row %d = %s, want %s", f, desc, j, got[j].Key(), want[j].Key())
-				}
-			}
+			checkPaged(t, s, Query{Filter: f, Order: order, First: first, Access: admin}, want, fmt.Sprintf("%+v desc=%v", f, desc))
 		}
 	}
 }
@@ -394,6 +401,7 @@ func TestWalkGivesUp(t *testing.T) {
 		s.mu.RUnlock()
 		t.Fatalf("source exact=%v est=%d: the planner would not walk it", src.exact, src.est)
 	}
+	src.orders = nil // the whole index's name order, as without the kind's own
 	_, _, ok, _ := p.walk(src, Order{Field: OrderName}, nil, first, walkBudget(src, first))
 	s.mu.RUnlock()
 	if ok {
@@ -445,6 +453,7 @@ func TestWalkWithinKindNames(t *testing.T) {
 			p, err := s.x.compile(s.db.Txn(false), &f, admin)
 			mustNoErr(t, err)
 			src := p.bestSource()
+			src.orders = nil // the whole index's name order
 			_, _, ok, err := p.walk(src, order, nil, first, first+1)
 			s.mu.RUnlock()
 			mustNoErr(t, err)

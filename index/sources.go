@@ -13,6 +13,10 @@ type source struct {
 	// has reports whether the source yields rid; nil when testing
 	// membership is not cheap. A walk tests it before loading a row.
 	has func(rid uint32) bool
+	// orders are the name orders of the source's lists when each of them
+	// has one (see listOrders): walking them yields the source in name
+	// order.
+	orders []*nameOrder
 }
 
 // bestSource returns the smallest candidate source for the plan.
@@ -108,6 +112,9 @@ func (p *plan) kindStatusSource() (source, bool) {
 	}
 	s := p.x.unionSource(lists)
 	s.exact = p.accessAll && p.clusters == nil && p.nss == nil && p.aggregatable()
+	if len(lists) > 0 {
+		s.orders = orderOf(&p.x.cellOrders, lists)
+	}
 	return s, true
 }
 
@@ -160,6 +167,7 @@ func (p *plan) labelSource() (source, bool) {
 	for i := range p.labelReqs {
 		lr := &p.labelReqs[i]
 		var lists []*postings
+		pairs := false
 		switch {
 		case !lr.known:
 			continue
@@ -167,6 +175,7 @@ func (p *plan) labelSource() (source, bool) {
 			for pid := range lr.pids {
 				lists = append(lists, &x.labels.pairs.at(pid).rows)
 			}
+			pairs = true
 		case lr.op == selection.Exists || lr.op == selection.GreaterThan || lr.op == selection.LessThan:
 			if int(lr.key) < len(x.keyPost) {
 				lists = append(lists, &x.keyPost[lr.key])
@@ -175,6 +184,9 @@ func (p *plan) labelSource() (source, bool) {
 			continue
 		}
 		s := x.unionSource(lists)
+		if pairs && len(lists) > 0 {
+			s.orders = orderOf(&x.labelOrders, lists)
+		}
 		if !found || s.est < best.est {
 			best, found = s, true
 		}

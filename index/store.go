@@ -309,6 +309,7 @@ func (s *Store) oldestPausedRead() uint64 {
 // name order and drops an uncommitted memdb transaction.
 func (w *writeTxn) end() {
 	w.s.x.byName.flush()
+	w.s.x.flushLists()
 	if w.txn != nil {
 		w.txn.Abort() // a no-op after Commit
 	}

@@ -1,0 +1,157 @@
+package index
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// TestListOrders writes random rows (single upserts that change a row's
+// status or labels, batches large enough for upsertBulk's label
+// goroutine, deletes whose row ids new rows then reuse) and checks after
+// every write that each (kind, status) and label pair list of at least
+// its family's threshold has a name order holding exactly its members in
+// (name, key) order, that no list below half of it keeps one, and that a
+// name-ordered page of every such list, walked through its cursors both
+// ways, is its members in order.
+func TestListOrders(t *testing.T) {
+	s, _ := newTestStore(t)
+	s.x.cellOrders.min, s.x.labelOrders.min = 16, 24
+	s.x.cellOrders.maxRun = 64 // so that runs also stop merging
+	rnd := rand.New(rand.NewPCG(5, 7))
+	// Names share their first 16 bytes, so that comparisons need the keys,
+	// and repeat across namespaces.
+	object := func() Object {
+		o := pod("c0", fmt.Sprintf("ns%d", rnd.IntN(3)), fmt.Sprintf("requestauthentication-%d", rnd.IntN(200)),
+			Statuses[rnd.IntN(3)], map[string]string{"app": fmt.Sprintf("a%d", rnd.IntN(3))})
+		if rnd.IntN(2) == 0 {
+			o.Labels["k"] = fmt.Sprintf("v%d", rnd.IntN(2))
+		}
+		return o
+	}
+	var keys []Key
+	had := map[*postings]bool{} // whether the list had an order at the last check
+	dropped := 0
+	for round := range 300 {
+		switch r := rnd.IntN(10); {
+		case r < 5 || len(keys) == 0:
+			o := object()
+			mustNoErr(t, s.Upsert(ctxb, o))
+			keys = append(keys, o.Key())
+		case r < 6:
+			rows := make([]Object, bulkMin)
+			seen := map[Key]bool{}
+			for i := range rows {
+				for rows[i] = object(); seen[rows[i].Key()]; rows[i] = object() {
+				}
+				seen[rows[i].Key()] = true
+				keys = append(keys, rows[i].Key())
+			}
+			mustNoErr(t, s.UpsertBatch(ctxb, rows))
+		case r < 8:
+			// The stored row with a new status or new labels.
+			k := keys[rnd.IntN(len(keys))]
+			o := object()
+			o.Namespace, o.Name = k.Namespace, k.Name
+			mustNoErr(t, s.Upsert(ctxb, o))
+		default:
+			n := rnd.IntN(60) + 1
+			if rnd.IntN(4) == 0 {
+				n = len(keys) * 9 / 10 // lists shrink below their threshold
+			}
+			for range n {
+				i := rnd.IntN(len(keys))
+				mustNoErr(t, s.Delete(ctxb, keys[i]))
+				keys[i] = keys[len(keys)-1]
+				keys = keys[:len(keys)-1]
+				if len(keys) == 0 {
+					break
+				}
+			}
+		}
+		for p, o := range checkListOrders(t, s, round) {
+			if had[p] && !o {
+				dropped++
+			}
+			had[p] = o
+		}
+	}
+	if dropped == 0 {
+		t.Fatalf("no list lost its order: the test checks only growing lists")
+	}
+}
+
+// checkListOrders checks every list's order against its members, pages
+// through the lists with orders, and returns by list whether it has one.
+func checkListOrders(t *testing.T, s *Store, round int) map[*postings]bool {
+	t.Helper()
+	x := s.x
+	orders := 0
+	has := map[*postings]bool{}
+	check := func(what string, p *postings, t2 *listOrders) {
+		t.Helper()
+		o := t2.of(p)
+		has[p] = o != nil
+		n := p.len()
+		switch {
+		case n >= t2.min && o == nil:
+			t.Fatalf("round %d: %s: %d members and no order", round, what, n)
+		case n < t2.min/2 && o != nil:
+			t.Fatalf("round %d: %s: %d members and still an order", round, what, n)
+		case o == nil:
+			return
+		}
+		orders++
+		var want, got []*objRow
+		p.each(func(rid uint32) bool { want = append(want, x.rows[rid]); return true })
+		slices.SortFunc(want, compareByName)
+		o.walk(nil, nil, false, func(rid uint32) bool { got = append(got, x.rows[rid]); return true })
+		if !slices.Equal(got, want) || o.len() != n {
+			t.Fatalf("round %d: %s: the order walks %d rows (len %d), the list has %d: %v", round, what, len(got), o.len(), n, rowKeys(got))
+		}
+	}
+	for k, p := range x.kindStatus {
+		check(fmt.Sprintf("cell %d", k), p, &x.cellOrders)
+	}
+	for pid := range uint32(x.labels.pairs.len()) {
+		lp := x.labels.pairs.at(pid)
+		check(fmt.Sprintf("pair %s=%s", x.labels.key(pid), x.labels.value(pid)), &lp.rows, &x.labelOrders)
+	}
+	if round%20 != 0 {
+		return has
+	}
+	admin := &Access{All: true}
+	for _, f := range []Filter{
+		{Statuses: []Status{StatusHealthy}},
+		{Statuses: []Status{StatusHealthy, StatusUnhealthy}},
+		{LabelSelector: "app=a1"},
+		{LabelSelector: "app in (a0,a2)"},
+		{LabelSelector: "k=v1"},
+	} {
+		for _, desc := range []bool{false, true} {
+			order := Order{Field: OrderName, Desc: desc}
+			var want []Object
+			for _, o := range drainObjects(t, s) {
+				if refMatch(t, f, admin, o) {
+					want = append(want, *o)
+				}
+			}
+			slices.SortFunc(want, func(a, b Object) int { return refCompare(order, &a, &b) })
+			q := Query{Filter: f, Order: order, First: 7, Access: admin}
+			checkPaged(t, s, q, want, fmt.Sprintf("round %d: %+v desc=%v", round, f, desc))
+		}
+	}
+	if round == 280 && orders == 0 {
+		t.Fatalf("no list has an order: the test checks nothing")
+	}
+	return has
+}
+
+func rowKeys(rows []*objRow) []string {
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = r.key
+	}
+	return out
+}
