@@ -54,6 +54,11 @@ const (
 	// it is twice the manager's own bound, so it only bites on a
 	// misbehaving manager.
 	maxDetailWorkers = 2 * maxDetailInFlight
+	// partBytes bounds the parts of a snapshot when deltas travel
+	// between them (FeatureDeltasInSnapshot): a change waits for at most
+	// one part to be encoded, sent and decoded. Per-message deflate's
+	// window is 32 KiB, so parts this size compress as well as 4 MiB ones.
+	partBytes = 256 << 10
 	// envelopeSlack covers the parts of an envelope that vary between
 	// the size estimate and the real message (sequence, time, part
 	// number).
@@ -166,6 +171,7 @@ type Agent struct {
 // agentCounters are the agent's running totals.
 type agentCounters struct {
 	sessions, rejects, messages, bytes, snapshots, parts, rows, tooBig atomic.Uint64
+	deltasInSnapshot                                                   atomic.Uint64
 	lastReject                                                         atomic.Pointer[Reject]
 }
 
@@ -177,7 +183,10 @@ type AgentStats struct {
 	Snapshots, Parts, Rows uint64 // snapshots sent, their parts, rows in them
 	Coalesced, Overflows   uint64 // changes merged in the buffer; buffer overflows
 	TooBig                 uint64 // rows dropped because no message could carry them
-	LastReject             *Reject
+	// DeltasInSnapshot counts deltas sent between the parts of a
+	// snapshot (FeatureDeltasInSnapshot).
+	DeltasInSnapshot uint64
+	LastReject       *Reject
 }
 
 // NewAgent checks options and returns an Agent.
@@ -266,7 +275,7 @@ func (a *Agent) Stats() AgentStats {
 	return AgentStats{
 		Sessions: s.sessions.Load(), Rejects: s.rejects.Load(), Messages: s.messages.Load(), Bytes: s.bytes.Load(),
 		Snapshots: s.snapshots.Load(), Parts: s.parts.Load(), Rows: s.rows.Load(), TooBig: s.tooBig.Load(),
-		Coalesced: a.buf.coalesced.Load(), Overflows: a.buf.overflows.Load(), LastReject: s.lastReject.Load(),
+		DeltasInSnapshot: s.deltasInSnapshot.Load(), Coalesced: a.buf.coalesced.Load(), Overflows: a.buf.overflows.Load(), LastReject: s.lastReject.Load(),
 	}
 }
 
@@ -405,7 +414,7 @@ func (a *Agent) session(ctx context.Context) (bool, error) {
 
 	hello := &Message{Type: TypeHello, Seq: 1, Time: time.Now(), Hello: &Hello{
 		Version: ProtocolVersion, Cluster: a.opts.Cluster, Instance: a.opts.Instance, Token: token,
-		Metadata: a.currentMetadata(),
+		Metadata: a.currentMetadata(), Features: features,
 	}}
 	if _, err := conn.write(hello); err != nil {
 		return false, err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,9 @@ type agentSession struct {
 	sent    atomic.Uint64 // the same, for the reader's ack checks
 	acked   uint64        // owned by readLoop
 	snapID  uint64        // owned by run
+	// deltasInSnapshot: the manager's Welcome lists
+	// FeatureDeltasInSnapshot, so deltas go between a snapshot's parts.
+	deltasInSnapshot bool
 }
 
 func newAgentSession(a *Agent, conn *conn, w *Welcome) *agentSession {
@@ -46,6 +50,7 @@ func newAgentSession(a *Agent, conn *conn, w *Welcome) *agentSession {
 		a: a, conn: conn, maxMsg: w.MaxMessageBytes,
 		window: make(chan struct{}, w.Window), done: make(chan struct{}), sem: make(chan struct{}, maxDetailWorkers),
 		seq: 1, acked: 1, // the Hello was 1, and the Welcome acknowledged it
+		deltasInSnapshot: slices.Contains(w.Features, FeatureDeltasInSnapshot),
 	}
 	s.sent.Store(1)
 	for range w.Window {
@@ -152,15 +157,8 @@ func (s *agentSession) stream(ctx context.Context) error {
 				return err
 			}
 		}
-		for first := true; ; first = false {
-			ups, dels := buf.takeDelta(maxDeltaKeys)
-			if len(ups)+len(dels) == 0 && (!first || len(errs) == 0) {
-				break
-			}
-			if err := s.sendDelta(ctx, ups, dels, errs); err != nil {
-				return err
-			}
-			errs = nil
+		if _, err := s.sendChanges(ctx, errs); err != nil {
+			return err
 		}
 		select {
 		case <-ctx.Done():
@@ -171,6 +169,22 @@ func (s *agentSession) stream(ctx context.Context) error {
 		case <-timer.C:
 			due = true
 		}
+	}
+}
+
+// sendChanges sends every changed key as deltas of at most maxDeltaKeys
+// keys, and kind states with the first; it returns how many deltas it
+// sent (none when there is nothing to send).
+func (s *agentSession) sendChanges(ctx context.Context, kinds []KindState) (int, error) {
+	for n := 0; ; n++ {
+		ups, dels := s.a.buf.takeDelta(maxDeltaKeys)
+		if len(ups)+len(dels)+len(kinds) == 0 {
+			return n, nil
+		}
+		if err := s.sendDelta(ctx, ups, dels, kinds); err != nil {
+			return n, err
+		}
+		kinds = nil
 	}
 }
 
@@ -210,6 +224,11 @@ func overhead(m *Message) (int, error) {
 // sendSnapshot sends rows of the given kinds as one snapshot, in as many
 // parts as the manager's message limit needs. Rows are encoded one at a
 // time as the parts fill, so only one part is held encoded.
+//
+// When the manager takes deltas between the parts (deltasInSnapshot), the
+// parts are at most partBytes and the changes since the snapshot's rows
+// were taken follow each part but the last, so a change waits for one
+// part rather than for the whole snapshot.
 func (s *agentSession) sendSnapshot(ctx context.Context, full bool, kinds []KindState, rows []index.Object, md map[string]string) error {
 	s.snapID++
 	sn := &Snapshot{ID: s.snapID, Full: full, Kinds: kinds, Metadata: md, Rows: []json.RawMessage{}}
@@ -217,7 +236,11 @@ func (s *agentSession) sendSnapshot(ctx context.Context, full bool, kinds []Kind
 	if err != nil {
 		return err
 	}
-	budget := s.maxMsg - budget0
+	limit := s.maxMsg
+	if s.deltasInSnapshot {
+		limit = min(limit, partBytes)
+	}
+	budget := limit - budget0
 	size := 0
 	flush := func(final bool) error {
 		sn.Final = final
@@ -228,8 +251,13 @@ func (s *agentSession) sendSnapshot(ctx context.Context, full bool, kinds []Kind
 		s.a.stats.rows.Add(uint64(len(sn.Rows)))
 		// Later parts carry no kinds or metadata: they get more room.
 		sn = &Snapshot{ID: sn.ID, Part: sn.Part + 1, Full: full, Rows: sn.Rows[:0]}
-		budget, size = s.maxMsg-budget0+kindsSize(kinds, md), 0
-		return nil
+		budget, size = limit-budget0+kindsSize(kinds, md), 0
+		if final || !s.deltasInSnapshot {
+			return nil
+		}
+		n, err := s.sendChanges(ctx, nil)
+		s.a.stats.deltasInSnapshot.Add(uint64(n))
+		return err
 	}
 	for i := range rows {
 		raw, err := json.Marshal(&rows[i])

@@ -119,10 +119,11 @@ func (c *rawClient) read() (*Message, error) {
 	return m, err
 }
 
-// hello claims a cluster and returns the manager's answer.
-func (c *rawClient) hello(cluster, instance, token string) *Message {
+// hello claims a cluster, speaking the given features, and returns the
+// manager's answer.
+func (c *rawClient) hello(cluster, instance, token string, features ...string) *Message {
 	c.t.Helper()
-	c.send(&Message{Type: TypeHello, Hello: &Hello{Version: ProtocolVersion, Cluster: cluster, Instance: instance, Token: token}})
+	c.send(&Message{Type: TypeHello, Hello: &Hello{Version: ProtocolVersion, Cluster: cluster, Instance: instance, Token: token, Features: features}})
 	m, err := c.read()
 	if err != nil {
 		c.t.Fatalf("reading the answer to hello: %v", err)
@@ -130,12 +131,15 @@ func (c *rawClient) hello(cluster, instance, token string) *Message {
 	return m
 }
 
-// welcome claims a cluster and fails unless welcomed.
-func (c *rawClient) welcome(cluster, instance string) {
+// welcome claims a cluster, speaking the given features, fails unless
+// welcomed, and returns the features the manager accepted.
+func (c *rawClient) welcome(cluster, instance string, features ...string) []string {
 	c.t.Helper()
-	if m := c.hello(cluster, instance, tokenFor(cluster)); m.Type != TypeWelcome {
+	m := c.hello(cluster, instance, tokenFor(cluster), features...)
+	if m.Type != TypeWelcome {
 		c.t.Fatalf("hello for %s/%s: got %s %+v", cluster, instance, m.Type, m.Reject)
 	}
+	return m.Welcome.Features
 }
 
 // synced dials the hub as an edge instance of cluster, which sends rows as

@@ -124,9 +124,17 @@ type HubOptions struct {
 	// Registerer, if set, receives the hub's metrics.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
+
+	// features are the optional protocol features the hub speaks; nil
+	// means all of them. Tests set an empty list to play a manager from
+	// before them.
+	features []string
 }
 
 func (o *HubOptions) setDefaults() {
+	if o.features == nil {
+		o.features = features
+	}
 	setDefault(&o.Grace, DefaultGrace)
 	setDefault(&o.HelloTimeout, DefaultHelloTimeout)
 	setDefault(&o.PingInterval, DefaultPingInterval)

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/coder/websocket"
@@ -22,6 +23,25 @@ import (
 // edge that is too old or too new says why it cannot connect instead of
 // failing on the first message it misreads.
 const ProtocolVersion = 1
+
+// Features are optional parts of the protocol that both sides must speak
+// before either uses them. The edge lists the ones it speaks in Hello; the
+// manager answers in Welcome with those of them it speaks too, and only
+// those are used in the session. A manager from before a feature ignores
+// the Hello field (JSON decoding skips unknown fields) and lists nothing,
+// and an edge from before it lists nothing, so old and new peers keep
+// speaking version 1 without the feature rather than failing on it.
+const (
+	// FeatureDeltasInSnapshot: deltas may travel between the parts of a
+	// snapshot, so a periodic resync of a large cluster does not hold
+	// every change behind it for as long as the snapshot takes. The
+	// manager applies such a delta at once and keeps, until the snapshot's
+	// final part, what it wrote for each key of a kind the snapshot syncs;
+	// at the commit those rows win over the snapshot's (older) rows of the
+	// same keys, and a key a delta wrote is not removed because the
+	// snapshot omits it (see Snapshot).
+	FeatureDeltasInSnapshot = "deltasInSnapshot"
+)
 
 // Subprotocol is the websocket subprotocol both sides ask for. It names the
 // protocol version, so a proxy log or a packet capture shows what speaks.
@@ -86,6 +106,9 @@ type Hello struct {
 	// Metadata holds region, environment, Kubernetes and Istio versions
 	// and the like; it becomes the cluster row's metadata.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Features lists the optional features the edge speaks; names the
+	// manager does not know are ignored.
+	Features []string `json:"features,omitempty"`
 }
 
 // Welcome accepts a Hello. It tells the edge the manager's limits, which
@@ -99,6 +122,9 @@ type Welcome struct {
 	// Window is how many messages the edge may have sent without an Ack.
 	// It is the manager's bound on what it buffers per session.
 	Window int `json:"window"`
+	// Features lists the features of the Hello the manager speaks too:
+	// the ones the session uses.
+	Features []string `json:"features,omitempty"`
 }
 
 // Reason is why a session was refused or ended.
@@ -116,7 +142,8 @@ const (
 	// or (ending a session) was removed or now names another cluster.
 	ReasonUnauthorized Reason = "unauthorized"
 	// ReasonInvalid: a Hello or message the protocol does not allow (a
-	// bad version, an empty cluster, a delta inside a snapshot, a row the
+	// bad version, an empty cluster, a delta inside a snapshot of a
+	// session without FeatureDeltasInSnapshot or with kinds, a row the
 	// index refuses).
 	ReasonInvalid Reason = "invalid"
 	// ReasonMalformed: a frame that is not a JSON message of this
@@ -125,8 +152,9 @@ const (
 	// ReasonWrongCluster: a row or key of a cluster other than the one
 	// the session claimed.
 	ReasonWrongCluster Reason = "wrong_cluster"
-	// ReasonOversize: a message over MaxMessageBytes, or a snapshot over
-	// the manager's snapshot limit.
+	// ReasonOversize: a message over MaxMessageBytes, or a snapshot
+	// (with what deltas wrote during it) over the manager's snapshot
+	// limit.
 	ReasonOversize Reason = "oversize"
 	// ReasonSequenceGap: a message whose Seq is not the previous plus one.
 	ReasonSequenceGap Reason = "sequence_gap"
@@ -205,8 +233,20 @@ type KindState struct {
 // retires the kinds the cluster had that it no longer lists.
 //
 // Parts of one snapshot share ID, count Part up from 0, and are sent with
-// nothing in between. Part 0 carries Kinds (and Metadata); Rows may be
+// nothing in between but deltas, and deltas only when the session uses
+// FeatureDeltasInSnapshot. Part 0 carries Kinds (and Metadata); Rows may be
 // spread over every part.
+//
+// A delta between the parts is newer than every row of the snapshot (the
+// edge took the snapshot's rows before it took the delta's changes), so
+// the manager applies it at once and, at the commit, lets it win: for a
+// key of a synced kind that a delta upserted or deleted meanwhile, the
+// kind ends with the delta's row (or without the key), whatever the
+// snapshot says of it; every other key ends as the snapshot says, and one
+// the snapshot omits is removed. Such a delta carries only upserts and
+// deletes: kind states wait for the snapshot's end, whose kind list would
+// otherwise overrule them. What the manager keeps of these deltas counts
+// toward the snapshot's limit (ReasonOversize).
 type Snapshot struct {
 	ID    uint64 `json:"id"`
 	Part  int    `json:"part"`
@@ -224,7 +264,8 @@ type Snapshot struct {
 
 // Delta carries changes since the last message: rows to upsert (the latest
 // state of each object; intermediate states are coalesced away), keys to
-// delete, and kinds whose error changed.
+// delete, and kinds whose error changed. Inside a snapshot (see Snapshot)
+// it may not carry Kinds.
 type Delta struct {
 	Upserts []json.RawMessage `json:"upserts,omitempty"`
 	Deletes []index.Key       `json:"deletes,omitempty"`
@@ -255,6 +296,22 @@ type DetailResponse struct {
 	Header http.Header `json:"header,omitempty"`
 	Body   []byte      `json:"body,omitempty"`
 	Error  string      `json:"error,omitempty"`
+}
+
+// features are the optional features this side speaks.
+var features = []string{FeatureDeltasInSnapshot}
+
+// sharedFeatures returns the features of asked that ours has too, each
+// once, in our order; unknown names are ignored, so a newer peer's features
+// never fail a session.
+func sharedFeatures(ours, asked []string) []string {
+	var out []string
+	for _, f := range ours {
+		if slices.Contains(asked, f) {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // ErrProtocol marks a message that breaks the protocol. A RejectError

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -52,6 +53,12 @@ type session struct {
 	nextID  uint64
 	ended   bool
 
+	// features are the optional features the session uses: those of the
+	// Hello the manager speaks (sharedFeatures).
+	features []string
+	// deltasInSnapshot: FeatureDeltasInSnapshot is in features.
+	deltasInSnapshot bool
+
 	// Owned by run.
 	gen    uint64 // the connection's generation in the claim's state machine; 0 until welcomed
 	snap   *pendingSnapshot
@@ -68,13 +75,72 @@ type pendingSnapshot struct {
 	metadata map[string]string
 	rows     map[kindID][]index.Object
 	nrows    int
-	bytes    int // what the decoded rows cost to hold (Quotas.checkRow)
+	bytes    int // what the decoded rows and wrote cost to hold (Quotas.checkRow)
+	// wrote holds what deltas between the parts wrote for keys of the
+	// kinds the snapshot syncs (FeatureDeltasInSnapshot): those win over
+	// the snapshot's rows at the commit (withWrites).
+	wrote map[index.Key]deltaWrite
+}
+
+// deltaWrite is what a delta inside a snapshot wrote for one key: its row,
+// or nil for a delete, and what keeping it costs.
+type deltaWrite struct {
+	row  *index.Object
+	cost int
+}
+
+// deleteCost is what keeping a deleted key costs beyond its strings: the
+// map entry and the string headers.
+const deleteCost = 128
+
+// noteWrite records what a delta wrote for a key during the snapshot, if
+// the snapshot syncs the key's kind (rows of other kinds are the delta's
+// alone), and returns whether the snapshot now holds more than limit bytes.
+func (p *pendingSnapshot) noteWrite(k index.Key, row *index.Object, cost, limit int) bool {
+	if ks, ok := p.kinds[idOf(k.Group, k.Kind)]; !ok || !ks.Synced {
+		return false
+	}
+	if row == nil {
+		cost = deleteCost + len(k.Cluster) + len(k.Group) + len(k.Kind) + len(k.Namespace) + len(k.Name)
+	}
+	if old, ok := p.wrote[k]; ok {
+		p.bytes -= old.cost
+	}
+	p.wrote[k] = deltaWrite{row: row, cost: cost}
+	p.bytes += cost
+	return p.bytes > limit
+}
+
+// withWrites returns the rows a synced kind ends with at the commit: the
+// snapshot's rows of the keys no delta wrote meanwhile, and the rows the
+// deltas wrote (a key a delta deleted is left out, however the snapshot
+// has it). A delta taken after the snapshot's rows is newer than them, so
+// it wins, the same rule as the collector's reconcile.
+func (p *pendingSnapshot) withWrites(id kindID) []index.Object {
+	rows := p.rows[id]
+	if len(p.wrote) == 0 {
+		return rows
+	}
+	out := rows[:0]
+	for i := range rows {
+		if _, ok := p.wrote[rows[i].Key()]; !ok {
+			out = append(out, rows[i])
+		}
+	}
+	for k, w := range p.wrote {
+		if w.row != nil && idOf(k.Group, k.Kind) == id {
+			out = append(out, *w.row)
+		}
+	}
+	return out
 }
 
 func newSession(h *Hub, conn *conn, hello *Hello) *session {
 	id := randomID()
+	features := sharedFeatures(h.opts.features, hello.Features)
 	return &session{
 		h: h, conn: conn, hello: hello, cluster: hello.Cluster, id: id,
+		features: features, deltasInSnapshot: slices.Contains(features, FeatureDeltasInSnapshot),
 		log:   h.opts.Logger.With("cluster", hello.Cluster, "instance", hello.Instance, "session", id),
 		queue: make(chan *Message, h.opts.Window), done: make(chan struct{}), stop: make(chan struct{}),
 		pending: map[uint64]chan *DetailResponse{},
@@ -109,6 +175,7 @@ func (s *session) run(ctx context.Context) {
 
 	err := s.write(&Message{Type: TypeWelcome, Welcome: &Welcome{
 		Version: ProtocolVersion, Session: s.id, MaxMessageBytes: s.h.opts.MaxMessageBytes, Window: s.h.opts.Window,
+		Features: s.features,
 	}})
 	if err == nil {
 		s.log.Info("edge session started")
@@ -260,7 +327,7 @@ func (s *session) applySnapshot(ctx context.Context, sn *Snapshot) error {
 		}
 		p := &pendingSnapshot{
 			id: sn.ID, next: 1, full: sn.Full, metadata: sn.Metadata,
-			kinds: map[kindID]KindState{}, rows: map[kindID][]index.Object{},
+			kinds: map[kindID]KindState{}, rows: map[kindID][]index.Object{}, wrote: map[index.Key]deltaWrite{},
 		}
 		for i := range sn.Kinds {
 			ks := sn.Kinds[i]
@@ -317,6 +384,13 @@ func (s *session) applySnapshot(ctx context.Context, sn *Snapshot) error {
 // are checked first, against what the index would hold afterwards.
 func (s *session) commitSnapshot(ctx context.Context, p *pendingSnapshot) error {
 	start := time.Now()
+	if len(p.wrote) > 0 {
+		p.nrows = 0
+		for _, id := range p.order {
+			p.rows[id] = p.withWrites(id)
+			p.nrows += len(p.rows[id])
+		}
+	}
 	if err := s.checkSnapshotQuotas(ctx, p); err != nil {
 		return err
 	}
@@ -418,16 +492,22 @@ func (s *session) kindError(ctx context.Context, ks *KindState) (clusterstate.Ki
 }
 
 func (s *session) applyDelta(ctx context.Context, d *Delta) error {
-	if s.snap != nil {
-		return rejectf(ReasonInvalid, "delta inside snapshot %d (after part %d)", s.snap.id, s.snap.next-1)
+	p := s.snap
+	switch {
+	case p != nil && !s.deltasInSnapshot:
+		return rejectf(ReasonInvalid, "delta inside snapshot %d (after part %d)", p.id, p.next-1)
+	case p != nil && len(d.Kinds) > 0:
+		return rejectf(ReasonInvalid, "delta inside snapshot %d reports kinds; kind states wait for the snapshot's end", p.id)
 	}
 	rows := make([]index.Object, 0, len(d.Upserts))
+	costs := make([]int, 0, len(d.Upserts))
 	for _, raw := range d.Upserts {
-		o, _, err := s.decodeRow(raw)
+		o, cost, err := s.decodeRow(raw)
 		if err != nil {
 			return err
 		}
 		rows = append(rows, o)
+		costs = append(costs, cost)
 	}
 	for _, k := range d.Deletes {
 		if k.Cluster != s.cluster {
@@ -444,6 +524,11 @@ func (s *session) applyDelta(ctx context.Context, d *Delta) error {
 	}
 	if err := s.checkDeltaQuotas(ctx, rows); err != nil {
 		return err
+	}
+	if p != nil {
+		if err := s.noteWrites(p, rows, costs, d.Deletes); err != nil {
+			return err
+		}
 	}
 	store := s.h.opts.Store
 	if len(rows) > 0 {
@@ -466,6 +551,25 @@ func (s *session) applyDelta(ctx context.Context, d *Delta) error {
 	}
 	if len(kinds) > 0 {
 		s.claim.state.Report(ctx, s.gen, clusterstate.Report{Kinds: kinds})
+	}
+	return nil
+}
+
+// noteWrites records a delta's writes in the pending snapshot p, in the
+// order the delta applies them (upserts, then deletes), and ends the
+// session when p would hold more than the snapshot limit: an edge cannot
+// make the manager keep an unbounded flood of deltas during a snapshot.
+func (s *session) noteWrites(p *pendingSnapshot, rows []index.Object, costs []int, deletes []index.Key) error {
+	limit := s.h.opts.MaxSnapshotBytes
+	over := false
+	for i := range rows {
+		over = p.noteWrite(rows[i].Key(), &rows[i], costs[i], limit) || over
+	}
+	for _, k := range deletes {
+		over = p.noteWrite(k, nil, 0, limit) || over
+	}
+	if over {
+		return rejectf(ReasonOversize, "snapshot %d and the deltas sent during it would hold over %d bytes of decoded rows", p.id, limit)
 	}
 	return nil
 }
