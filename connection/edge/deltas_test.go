@@ -1,14 +1,24 @@
 package edge
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/internal/conntest"
+	"github.com/fleetgraph/fleetgraph/internal/testcluster"
 )
 
 // Deltas between the parts of a snapshot (FeatureDeltasInSnapshot).
@@ -200,5 +210,156 @@ func TestDeltasBetweenSnapshotParts(t *testing.T) {
 				return nil
 			})
 		})
+	}
+}
+
+// TestDeltasDuringResyncs: a real edge collecting a real API server, which
+// resyncs every half second in parts of at most 16 KiB, sends the creates,
+// updates and deletes it sees between the parts; the manager never shows a
+// pod older than one it showed (an update undone by a commit, a deleted
+// pod back, a created one removed and back), and ends equal to the API
+// server.
+func TestDeltasDuringResyncs(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Name: "edge-deltas"})
+	ctx := t.Context()
+	const pods = 40
+	if _, err := c.Seed(ctx, testcluster.SeedOptions{Namespaces: 1, Pods: pods, Services: 4}); err != nil {
+		t.Fatal(err)
+	}
+	const name = "edge-a"
+	h := newHubHarness(t, HubOptions{MaxMessageBytes: 16 << 10, Window: 2, PingInterval: testPing, PongWait: testPongWait})
+	regressions := watchRegressions(t, h.store, name)
+	const every = 500 * time.Millisecond
+	a := startAgent(t, AgentOptions{
+		Manager: h.url, Cluster: name, Local: rest.CopyConfig(c.DirectConfig),
+		Resync: ResyncOptions{Interval: every, Min: every, Max: every},
+	})
+	h.rec.WaitFor(t, name, index.StateConnected, 1, 90*time.Second)
+
+	api := kubernetes.NewForConfigOrDie(c.DirectConfig).CoreV1().Pods("ns-0")
+	const lag = 3 // a created pod lives this many rounds
+	for i := 0; a.Stats().DeltasInSnapshot < 20; i++ {
+		if i == 3000 {
+			t.Fatalf("%d rounds of changes, and only %d deltas went between a snapshot's parts", i, a.Stats().DeltasInSnapshot)
+		}
+		if _, err := api.Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("new-%d", i)},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		patch := fmt.Appendf(nil, `{"metadata":{"labels":{"round":"%d"}}}`, i)
+		if _, err := api.Patch(ctx, fmt.Sprintf("pod-%d", i%pods), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if i >= lag {
+			if err := api.Delete(ctx, fmt.Sprintf("new-%d", i-lag), metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	want := conntest.Truth(t, c, h.store.Kinds(name))
+	conntest.Eventually(t, 10*time.Second, "rows equal the API server's objects", func() error {
+		return conntest.DiffKeys(want, conntest.RowVersions(t, h.store, name))
+	})
+	s := a.Stats()
+	t.Logf("agent: %d snapshots in %d parts, %d deltas between parts, %d messages", s.Snapshots, s.Parts, s.DeltasInSnapshot, s.Messages)
+	if s.Rejects != 0 || s.Sessions != 1 {
+		t.Errorf("the session did not last: %+v", s)
+	}
+	if bad := regressions(); len(bad) > 0 {
+		t.Errorf("%d pod rows went back, e.g. %s", len(bad), conntest.Head(bad))
+	}
+}
+
+// watchRegressions follows the index's change feed and returns a function
+// listing every pod row of cluster that went back: older than a row shown
+// before, or shown again after its object's delete. Resource versions of
+// one API server only grow.
+func watchRegressions(t *testing.T, store *index.Store, cluster string) func() []string {
+	type seen struct {
+		rv      uint64
+		deleted bool
+	}
+	var mu sync.Mutex
+	last := map[index.Key]seen{}
+	var bad []string
+	sub, err := store.Subscribe(store.LastSeq())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer sub.Close()
+		var buf []*index.Event
+		for {
+			evs, err := sub.Next(ctx, buf[:0])
+			if err != nil {
+				return
+			}
+			buf = evs
+			mu.Lock()
+			for _, e := range evs {
+				if e.Cluster != cluster || (e.Type != index.EventAdded && e.Type != index.EventModified && e.Type != index.EventDeleted) {
+					continue
+				}
+				o := e.Object()
+				if o.Kind != "Pod" {
+					continue
+				}
+				rv, err := strconv.ParseUint(o.ResourceVersion, 10, 64)
+				k := o.Key()
+				prev, ok := last[k]
+				switch {
+				case err != nil:
+					bad = append(bad, fmt.Sprintf("%s: resource version %q", k, o.ResourceVersion))
+				case e.Type == index.EventDeleted:
+					last[k] = seen{rv: rv, deleted: true}
+				case ok && (rv < prev.rv || prev.deleted && rv <= prev.rv):
+					bad = append(bad, fmt.Sprintf("%s %s at rv %d after rv %d (deleted: %v)", k, e.Type, rv, prev.rv, prev.deleted))
+				default:
+					last[k] = seen{rv: rv}
+				}
+			}
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(bad)
+	}
+}
+
+// TestOldManagerGetsNoDeltasInSnapshots: against a manager that lists no
+// features in its Welcome (one from before them), an edge sends nothing
+// between a snapshot's parts, however much changes during them.
+func TestOldManagerGetsNoDeltasInSnapshots(t *testing.T) {
+	h := newHubHarness(t, HubOptions{MaxMessageBytes: 16 << 10, Window: 2, features: []string{}})
+	const every = 50 * time.Millisecond
+	a := startAgent(t, AgentOptions{Manager: h.url, Cluster: "edge-b", Resync: ResyncOptions{Interval: every, Min: every, Max: every}})
+	rows := testRows("edge-b", 300, "0")
+	if err := a.buf.Replace(t.Context(), "edge-b", testKind, rows); err != nil {
+		t.Fatal(err)
+	}
+	a.buf.expect([]index.Kind{testKind})
+	for round := 1; a.Stats().Snapshots < 10; round++ {
+		r := rows[round%len(rows)]
+		r.ResourceVersion, r.Message = fmt.Sprint(round), fmt.Sprint("round ", round)
+		if err := a.buf.Upsert(t.Context(), r); err != nil {
+			t.Fatal(err)
+		}
+		if s := a.Stats(); s.Rejects > 0 {
+			t.Fatalf("the manager rejected the edge: %+v", s.LastReject)
+		}
+		time.Sleep(time.Millisecond) // pace the changes; not a synchronisation
+	}
+	s := a.Stats()
+	t.Logf("agent: %d snapshots in %d parts, %d messages", s.Snapshots, s.Parts, s.Messages)
+	if s.Rejects != 0 || s.DeltasInSnapshot != 0 || s.Parts < 2*s.Snapshots {
+		t.Errorf("want multi-part snapshots, no deltas between their parts and no rejects: %+v", s)
 	}
 }
