@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -284,49 +283,30 @@ func watchRegressions(t *testing.T, store *index.Store, cluster string) func() [
 	var mu sync.Mutex
 	last := map[index.Key]seen{}
 	var bad []string
-	sub, err := store.Subscribe(store.LastSeq())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer sub.Close()
-		var buf []*index.Event
-		for {
-			evs, err := sub.Next(ctx, buf[:0])
-			if err != nil {
-				return
-			}
-			buf = evs
-			mu.Lock()
-			for _, e := range evs {
-				if e.Cluster != cluster || (e.Type != index.EventAdded && e.Type != index.EventModified && e.Type != index.EventDeleted) {
-					continue
-				}
-				o := e.Object()
-				if o.Kind != "Pod" {
-					continue
-				}
-				rv, err := strconv.ParseUint(o.ResourceVersion, 10, 64)
-				k := o.Key()
-				prev, ok := last[k]
-				switch {
-				case err != nil:
-					bad = append(bad, fmt.Sprintf("%s: resource version %q", k, o.ResourceVersion))
-				case e.Type == index.EventDeleted:
-					last[k] = seen{rv: rv, deleted: true}
-				case ok && (rv < prev.rv || prev.deleted && rv <= prev.rv):
-					bad = append(bad, fmt.Sprintf("%s %s at rv %d after rv %d (deleted: %v)", k, e.Type, rv, prev.rv, prev.deleted))
-				default:
-					last[k] = seen{rv: rv}
-				}
-			}
-			mu.Unlock()
+	conntest.Follow(t, store, func(e *index.Event) {
+		if e.Cluster != cluster || (e.Type != index.EventAdded && e.Type != index.EventModified && e.Type != index.EventDeleted) {
+			return
 		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+		o := e.Object()
+		if o.Kind != "Pod" {
+			return
+		}
+		rv, err := strconv.ParseUint(o.ResourceVersion, 10, 64)
+		k := o.Key()
+		mu.Lock()
+		defer mu.Unlock()
+		prev, ok := last[k]
+		switch {
+		case err != nil:
+			bad = append(bad, fmt.Sprintf("%s: resource version %q", k, o.ResourceVersion))
+		case e.Type == index.EventDeleted:
+			last[k] = seen{rv: rv, deleted: true}
+		case ok && (rv < prev.rv || prev.deleted && rv <= prev.rv):
+			bad = append(bad, fmt.Sprintf("%s %s at rv %d after rv %d (deleted: %v)", k, e.Type, rv, prev.rv, prev.deleted))
+		default:
+			last[k] = seen{rv: rv}
+		}
+	})
 	return func() []string {
 		mu.Lock()
 		defer mu.Unlock()

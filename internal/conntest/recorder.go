@@ -31,6 +31,31 @@ type Recorder struct {
 // on; it stops when the test ends.
 func NewRecorder(t testing.TB, store *index.Store) *Recorder {
 	r := &Recorder{changed: map[string]time.Time{}, wake: make(chan struct{}, 1)}
+	Follow(t, store, func(e *index.Event) {
+		switch e.Type {
+		case index.EventAdded, index.EventModified, index.EventDeleted:
+			r.mu.Lock()
+			r.changed[e.Cluster] = time.Now()
+			r.mu.Unlock()
+			return
+		}
+		if e.Type != index.EventCluster || (e.PreviousCluster != nil && e.PreviousCluster.State == e.ClusterRow.State) {
+			return
+		}
+		r.mu.Lock()
+		r.events = append(r.events, Transition{e.Cluster, e.ClusterRow.State, time.Now(), e.ClusterRow.LastError})
+		r.mu.Unlock()
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	})
+	return r
+}
+
+// Follow calls fn, on its own goroutine, with every event store publishes
+// from now on, in order, until the test ends.
+func Follow(t testing.TB, store *index.Store, fn func(e *index.Event)) {
 	sub, err := store.Subscribe(store.LastSeq())
 	if err != nil {
 		t.Fatal(err)
@@ -48,28 +73,11 @@ func NewRecorder(t testing.TB, store *index.Store) *Recorder {
 			}
 			buf = evs
 			for _, e := range evs {
-				switch e.Type {
-				case index.EventAdded, index.EventModified, index.EventDeleted:
-					r.mu.Lock()
-					r.changed[e.Cluster] = time.Now()
-					r.mu.Unlock()
-					continue
-				}
-				if e.Type != index.EventCluster || (e.PreviousCluster != nil && e.PreviousCluster.State == e.ClusterRow.State) {
-					continue
-				}
-				r.mu.Lock()
-				r.events = append(r.events, Transition{e.Cluster, e.ClusterRow.State, time.Now(), e.ClusterRow.LastError})
-				r.mu.Unlock()
-				select {
-				case r.wake <- struct{}{}:
-				default:
-				}
+				fn(e)
 			}
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	return r
 }
 
 // WaitFor waits for the n-th transition of cluster into state (counting
