@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -212,19 +213,37 @@ func edgeRun(ctx context.Context, c *testcluster.Cluster, bin string, objects, n
 	res.apply, res.fromStart = applied.Sub(snapStart), applied.Sub(start)
 	res.wirePerObject = float64(wire) / float64(objects)
 
-	lat, err := deltaLatencies(ctx, c, api, namespaces, pods, deltas, rate)
+	timed, err := deltaLatencies(ctx, c, api, namespaces, pods, deltas, rate)
 	if err != nil {
 		return res, err
 	}
+	lat := make([]time.Duration, len(timed))
+	for i, d := range timed {
+		lat[i] = d.lat
+	}
 	res.deltaP50, res.deltaP99 = lat[len(lat)/2], lat[min(len(lat)-1, len(lat)*99/100)]
+	// When the slowest were sent tells a periodic resync (due 30 s after
+	// the first snapshot) from load.
+	var slow []string
+	for _, d := range timed[max(0, len(timed)-10):] {
+		slow = append(slow, fmt.Sprintf("%.1fms@+%.1fs", ms(d.lat), d.sent.Sub(snapStart).Seconds()))
+	}
+	logf("slowest deltas (latency@sent, after the first snapshot's first byte): %s", strings.Join(slow, " "))
 	logf("manager log: %s", strings.ReplaceAll(mgr.logTail(), "\n", " | "))
 	return res, nil
 }
 
+// deltaTiming is one timed change: when its PATCH was sent and how long it
+// took to reach the manager's stream.
+type deltaTiming struct {
+	sent time.Time
+	lat  time.Duration
+}
+
 // deltaLatencies patches pods through the control plane's API and times
 // each change until its event arrives on the manager's objectChanges
-// stream. It returns the sorted latencies, one per change.
-func deltaLatencies(ctx context.Context, c *testcluster.Cluster, api *gqlClient, namespaces, pods, n, rate int) ([]time.Duration, error) {
+// stream. It returns one timing per change, fastest first.
+func deltaLatencies(ctx context.Context, c *testcluster.Cluster, api *gqlClient, namespaces, pods, n, rate int) ([]deltaTiming, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	const label = "fleetbench-seq"
@@ -311,7 +330,7 @@ func deltaLatencies(ctx context.Context, c *testcluster.Cluster, api *gqlClient,
 		}
 	}
 	// Every change must arrive (the last one has, or 30 s passed).
-	var lat []time.Duration
+	var timed []deltaTiming
 	mu.Lock()
 	defer mu.Unlock()
 	for seq, t0 := range sent {
@@ -319,10 +338,10 @@ func deltaLatencies(ctx context.Context, c *testcluster.Cluster, api *gqlClient,
 		if !ok {
 			return nil, fmt.Errorf("change %d of %d never reached the manager", seq-base, n)
 		}
-		lat = append(lat, t1.Sub(t0))
+		timed = append(timed, deltaTiming{sent: t0, lat: t1.Sub(t0)})
 	}
-	slices.Sort(lat)
-	return lat, nil
+	slices.SortFunc(timed, func(a, b deltaTiming) int { return cmp.Compare(a.lat, b.lat) })
+	return timed, nil
 }
 
 // gqlClient talks to the manager's GraphQL API.
