@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -48,8 +49,44 @@ type rowStore struct {
 	// while it listed is older than it, and is dropped.
 	lists uint64
 	// recent, while a relist is in flight, holds what the watch wrote
-	// since it started, by key: the row, or nil for a delete.
-	recent map[index.Key]*index.Object
+	// since it started, by key.
+	recent map[index.Key]watchWord
+	// floor is the resource version of the last relist's listing, once
+	// applied: what the watch delivers at or below it is older than (or
+	// the same as) what the listing applied, and is dropped. The watch
+	// can lag behind a listing (a busy manager, a slow stream); without
+	// the floor it would replay older states over the newer listing:
+	// subscribers would see c, b, c, and a subject removed from a
+	// RoleBinding would be granted again for a moment. Zero means no
+	// floor: before any relist, after the reflector's own Replace (its
+	// watch starts from its own listing), or when resource versions are
+	// not numbers.
+	floor uint64
+}
+
+// watchWord is what the watch last wrote for a key while a relist listed:
+// the row, or nil for a delete, and the object's resource version (zero
+// when it is not a number).
+type watchWord struct {
+	row *index.Object
+	rv  uint64
+}
+
+// parseRV reads a resource version as etcd writes them, a uint64 that
+// grows with every write of the cluster; zero means it is not one (other
+// API servers may use opaque strings), and then nothing is compared.
+func parseRV(rv string) uint64 {
+	n, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// belowFloor reports whether the watch's write at rv is older than the
+// last relist's listing, which is already applied.
+func (s *rowStore) belowFloor(rv uint64) bool {
+	return s.floor != 0 && rv != 0 && rv <= s.floor
 }
 
 var _ cache.TransformingStore = (*rowStore)(nil)
@@ -85,10 +122,14 @@ func (s *rowStore) upsert(obj any) error {
 	if err != nil || !ok {
 		return err
 	}
+	rv := parseRV(row.ResourceVersion)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.belowFloor(rv) {
+		return nil
+	}
 	if s.recent != nil {
-		s.recent[row.Key()] = &row
+		s.recent[row.Key()] = watchWord{row: &row, rv: rv}
 	}
 	return s.run.cfg.Sink.Upsert(s.ctx, row)
 }
@@ -105,10 +146,14 @@ func (s *rowStore) Delete(obj any) error {
 		Cluster: s.run.cfg.Cluster, Group: s.kind.Group, Kind: s.kind.Kind,
 		Namespace: acc.GetNamespace(), Name: acc.GetName(),
 	}
+	rv := parseRV(acc.GetResourceVersion())
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.belowFloor(rv) {
+		return nil
+	}
 	if s.recent != nil {
-		s.recent[key] = nil
+		s.recent[key] = watchWord{rv: rv}
 	}
 	return s.run.cfg.Sink.Delete(s.ctx, key)
 }
@@ -130,6 +175,7 @@ func (s *rowStore) Replace(list []any, _ string) error {
 	s.synced = true
 	s.lists++
 	s.recent = nil
+	s.floor = 0
 	return s.replace(rows)
 }
 
@@ -143,14 +189,21 @@ func (s *rowStore) replace(rows []index.Object) error {
 }
 
 // reconcile is the anti-entropy relist: it lists the kind (a consistent
-// read, a page at a time) while the watch keeps writing, then replaces the
-// kind's rows with the listing, except where the watch wrote while it
-// listed: there the watch's word stands (its row, or no row where it
-// deleted), because the listing may be older than what the watch
-// delivered. A key the watch did not touch since the listing started has
-// no newer state in the sink than the listing's, so the listing is right
-// for it, and a change the watch missed is repaired. Nothing compares
-// resource versions.
+// read, a page at a time, at one resource version L) while the watch keeps
+// writing, then replaces the kind's rows with the listing, so that a change
+// the watch missed is repaired. Resource versions order the listing and
+// the watch's writes, key by key:
+//   - where the watch wrote while the kind listed, the newer word stands:
+//     the watch's (its row, or no row where it deleted) if it is newer
+//     than L, the listing's otherwise;
+//   - after the Replace, the watch drops what it delivers at or below L
+//     (see floor): a lagging watch cannot replay states older than the
+//     listing's.
+//
+// When resource versions are not numbers (nothing to compare), the
+// watch's word always stands over the listing's and nothing is dropped: a
+// lagging watch can then replay older states for a moment after a relist,
+// and its last event for each key still leaves the row right.
 //
 // The watch waits only while the sink replaces, not while the kind lists.
 // It does nothing before the reflector's first listing, and drops its
@@ -162,10 +215,10 @@ func (s *rowStore) reconcile(ctx context.Context, lw cache.ListerWatcher) error 
 		return nil
 	}
 	lists := s.lists
-	s.recent = map[index.Key]*index.Object{}
+	s.recent = map[index.Key]watchWord{}
 	s.mu.Unlock()
 
-	rows, err := s.list(ctx, lw)
+	rows, rv, err := s.list(ctx, lw)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -177,14 +230,28 @@ func (s *rowStore) reconcile(ctx context.Context, lw cache.ListerWatcher) error 
 	if s.lists != lists {
 		return nil
 	}
-	return s.replace(withRecent(rows, recent))
+	listed := parseRV(rv)
+	if err := s.replace(withRecent(rows, recent, listed)); err != nil {
+		return err
+	}
+	s.floor = listed
+	return nil
 }
 
-// list lists every row of the kind through the pager (pages of 500).
-func (s *rowStore) list(ctx context.Context, lw cache.ListerWatcher) ([]index.Object, error) {
+// list lists every row of the kind through the pager (pages of 500), and
+// returns the listing's resource version (its first page's: the pager
+// reads every page at it).
+func (s *rowStore) list(ctx context.Context, lw cache.ListerWatcher) ([]index.Object, string, error) {
 	lwc := cache.ToListerWatcherWithContext(lw)
+	var rv string
 	p := pager.New(pager.SimplePageFunc(func(opts metav1.ListOptions) (runtime.Object, error) {
-		return lwc.ListWithContext(ctx, opts)
+		page, err := lwc.ListWithContext(ctx, opts)
+		if err == nil && opts.Continue == "" {
+			if l, lerr := meta.ListAccessor(page); lerr == nil {
+				rv = l.GetResourceVersion()
+			}
+		}
+		return page, err
 	}))
 	var rows []index.Object
 	err := p.EachListItem(ctx, metav1.ListOptions{}, func(obj runtime.Object) error {
@@ -194,31 +261,35 @@ func (s *rowStore) list(ctx context.Context, lw cache.ListerWatcher) ([]index.Ob
 		}
 		return err
 	})
-	return rows, err
+	return rows, rv, err
 }
 
-// withRecent returns a listing with the watch's word in place of the
-// listing's on every key in recent: the watch's row instead of the listed
-// one (added if the listing lacks it), and no row where the watch deleted.
-func withRecent(rows []index.Object, recent map[index.Key]*index.Object) []index.Object {
+// withRecent returns a listing taken at resource version listed with the
+// watch's word in place of the listing's on every key in recent where the
+// watch's word is the newer one (or the two cannot be compared): the
+// watch's row instead of the listed one (added if the listing lacks it),
+// and no row where the watch deleted. Where the watch wrote at or below
+// listed, the listing already holds that write or a later one.
+func withRecent(rows []index.Object, recent map[index.Key]watchWord, listed uint64) []index.Object {
 	if len(recent) == 0 {
 		return rows
 	}
+	listingIsNewer := func(w watchWord) bool { return listed != 0 && w.rv != 0 && w.rv <= listed }
 	out := rows[:0]
 	for _, row := range rows {
 		k := row.Key()
 		w, ok := recent[k]
 		switch {
-		case !ok:
+		case !ok || listingIsNewer(w):
 			out = append(out, row)
-		case w != nil:
-			out = append(out, *w)
+		case w.row != nil:
+			out = append(out, *w.row)
 		}
 		delete(recent, k)
 	}
 	for _, w := range recent {
-		if w != nil {
-			out = append(out, *w)
+		if w.row != nil && !listingIsNewer(w) {
+			out = append(out, *w.row)
 		}
 	}
 	return out

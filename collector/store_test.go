@@ -143,3 +143,139 @@ func (s *typesStore) Replace(list []any, rv string) error {
 	}
 	return s.rowStore.Replace(list, rv)
 }
+
+// historySink keeps the rows of one kind and records, per pod name, every
+// change a subscriber would see: the row's app label, or "-" when the row
+// goes away.
+type historySink struct {
+	index.RowSink
+	rows map[index.Key]index.Object
+	seen map[string][]string
+}
+
+func newHistorySink() *historySink {
+	return &historySink{rows: map[index.Key]index.Object{}, seen: map[string][]string{}}
+}
+
+func (s *historySink) set(row index.Object) {
+	k := row.Key()
+	if old, ok := s.rows[k]; !ok || old.Labels["app"] != row.Labels["app"] || old.UID != row.UID {
+		s.seen[row.Name] = append(s.seen[row.Name], row.Labels["app"])
+	}
+	s.rows[k] = row
+}
+
+func (s *historySink) gone(k index.Key) {
+	if _, ok := s.rows[k]; ok {
+		s.seen[k.Name] = append(s.seen[k.Name], "-")
+		delete(s.rows, k)
+	}
+}
+
+func (s *historySink) Replace(_ context.Context, _ string, _ index.Kind, rows []index.Object) error {
+	next := map[index.Key]bool{}
+	for _, r := range rows {
+		next[r.Key()] = true
+		s.set(r)
+	}
+	for k := range s.rows {
+		if !next[k] {
+			s.gone(k)
+		}
+	}
+	return nil
+}
+
+func (s *historySink) Upsert(_ context.Context, row index.Object) error { s.set(row); return nil }
+func (s *historySink) Delete(_ context.Context, k index.Key) error      { s.gone(k); return nil }
+
+// TestRelistOverALaggingWatch plays, on the rows a collector writes, a
+// watch that lags behind the anti-entropy relist's listing: the listing is
+// taken at resource version 106 while the watch has delivered only up to
+// 101, and the watch's events from 102 to 106 arrive after the listing was
+// applied. Each row must only ever move forward: pod p goes a, c (the
+// listing), d (a later event), never back to b; pod q, deleted and created
+// again before the listing, is not deleted and created again after it; pod
+// r, which the watch changed while the kind listed (b at 101), takes the
+// listing's newer c. What is newer than the listing (t, created at 107)
+// still arrives, and a row the server lacks (ghost) goes.
+//
+// With resource versions that are not numbers nothing can be compared: the
+// watch replays, but every row still ends on its latest state.
+func TestRelistOverALaggingWatch(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		prefix string // before every resource version
+		want   map[string][]string
+	}{
+		{"numeric resource versions", "", map[string][]string{
+			"p": {"a", "c", "d"}, "q": {"old", "new"}, "r": {"a", "b", "c"}, "t": {"t"}, "ghost": {"ghost", "-"},
+		}},
+		{"opaque resource versions", "x", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sink := newHistorySink()
+			run := &Run{cfg: Config{Cluster: "c1", Sink: sink, OnEvent: func(Event) {}}}
+			s := &rowStore{ctx: context.Background(), run: run, adapter: podAdapter(t), kind: index.Kind{Version: "v1", Kind: "Pod", Resource: "pods", Namespaced: true}}
+			pod := func(name, app, uid string, rv int) *corev1.Pod {
+				p := testPod("ns", name, "Running")
+				p.Labels = map[string]string{"app": app}
+				p.UID = types.UID(uid)
+				p.ResourceVersion = fmt.Sprintf("%s%d", tc.prefix, rv)
+				return p
+			}
+			// The reflector's listing, at 100.
+			if err := s.Replace([]any{pod("p", "a", "p", 90), pod("q", "old", "q1", 91), pod("r", "a", "r", 92), pod("ghost", "ghost", "g", 93)}, tc.prefix+"100"); err != nil {
+				t.Fatal(err)
+			}
+			// The relist: while the kind lists, the watch delivers 101;
+			// the listing is the server's state at 106.
+			lw := &cache.ListWatch{ListWithContextFunc: func(_ context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				if err := s.Update(pod("r", "b", "r", 101)); err != nil {
+					t.Fatal(err)
+				}
+				list := &corev1.PodList{Items: []corev1.Pod{*pod("p", "c", "p", 104), *pod("q", "new", "q2", 106), *pod("r", "c", "r", 102)}}
+				list.ResourceVersion = tc.prefix + "106"
+				return list, nil
+			}}
+			if err := s.reconcile(context.Background(), lw); err != nil {
+				t.Fatal(err)
+			}
+			// The lagging watch catches up, then goes on.
+			for _, ev := range []func() error{
+				func() error { return s.Update(pod("r", "c", "r", 102)) },
+				func() error { return s.Update(pod("p", "b", "p", 103)) },
+				func() error { return s.Update(pod("p", "c", "p", 104)) },
+				func() error { return s.Delete(pod("q", "old", "q1", 105)) },
+				func() error { return s.Add(pod("q", "new", "q2", 106)) },
+				func() error { return s.Add(pod("t", "t", "t", 107)) },
+				func() error { return s.Update(pod("p", "d", "p", 108)) },
+			} {
+				if err := ev(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.want != nil && !reflect.DeepEqual(sink.seen, tc.want) {
+				t.Errorf("rows went through\n%v\nwant\n%v", sink.seen, tc.want)
+			}
+			final := map[string]string{}
+			for k, r := range sink.rows {
+				final[k.Name] = r.Labels["app"] + "/" + r.UID
+			}
+			if want := map[string]string{"p": "d/p", "q": "new/q2", "r": "c/r", "t": "t/t"}; !reflect.DeepEqual(final, want) {
+				t.Errorf("rows at the end %v, want %v", final, want)
+			}
+		})
+	}
+}
+
+func podAdapter(t *testing.T) *Adapter {
+	t.Helper()
+	for _, a := range NewRegistry().Adapters() {
+		if a.Kind == "Pod" {
+			return a
+		}
+	}
+	t.Fatal("no Pod adapter")
+	return nil
+}
