@@ -51,7 +51,10 @@ type EventType int
 
 // The events a collector reports.
 const (
-	// KindSynced: a full list of the kind reached the sink.
+	// KindSynced: a full list of the kind reached the sink: the
+	// reflector's, or an anti-entropy relist's. A relist replaces only
+	// while the kind is not failing, so it never clears a KindFailed the
+	// reflector still stands by.
 	KindSynced EventType = iota
 	// KindFailed: the kind cannot be collected (listing failed); it is
 	// retried with backoff and its rows are kept as last known.
@@ -334,10 +337,7 @@ func (r *Run) collectKind(ctx context.Context, p plannedKind) {
 		}
 		wait := backoff.Next()
 		r.cfg.Logger.Warn("collecting kind failed", "cluster", r.cfg.Cluster, "kind", p.kind.GroupKind(), "err", err, "retry_in", wait.Round(time.Millisecond))
-		if rerr := r.cfg.Sink.ReportKindError(ctx, r.cfg.Cluster, p.kind, describeListError(p.kind, err)); rerr != nil && ctx.Err() == nil {
-			r.cfg.Logger.Error("reporting kind error failed", "cluster", r.cfg.Cluster, "kind", p.kind.GroupKind(), "err", rerr)
-		}
-		r.cfg.OnEvent(Event{Type: KindFailed, Kind: p.kind, Err: err})
+		store.failed(err)
 		if !backoff.Sleep(ctx, wait) {
 			return
 		}

@@ -48,6 +48,13 @@ type rowStore struct {
 	// lists counts the reflector's Replaces: a relist that saw one land
 	// while it listed is older than it, and is dropped.
 	lists uint64
+	// failing is set when the reflector's list and watch failed and the
+	// kind's error was reported, until the reflector's next Replace. A
+	// relist does not replace meanwhile: the sink's Replace (and the
+	// KindSynced it reports) would clear the error the reflector still
+	// has, and show the kind healthy until the reflector's next retry
+	// (a kind that may be listed but not watched, for one).
+	failing bool
 	// recent, while a relist is in flight, holds what the watch wrote
 	// since it started, by key.
 	recent map[index.Key]watchWord
@@ -176,6 +183,7 @@ func (s *rowStore) Replace(list []any, _ string) error {
 	s.lists++
 	s.recent = nil
 	s.floor = 0
+	s.failing = false
 	return s.replace(rows)
 }
 
@@ -206,11 +214,12 @@ func (s *rowStore) replace(rows []index.Object) error {
 // and its last event for each key still leaves the row right.
 //
 // The watch waits only while the sink replaces, not while the kind lists.
-// It does nothing before the reflector's first listing, and drops its
-// listing when the reflector listed again meanwhile (that one is newer).
+// It does nothing before the reflector's first listing or while the kind is
+// failing, and drops its listing when the reflector listed again meanwhile
+// (that one is newer) or the kind failed meanwhile.
 func (s *rowStore) reconcile(ctx context.Context, lw cache.ListerWatcher) error {
 	s.mu.Lock()
-	if !s.synced {
+	if !s.synced || s.failing {
 		s.mu.Unlock()
 		return nil
 	}
@@ -227,7 +236,7 @@ func (s *rowStore) reconcile(ctx context.Context, lw cache.ListerWatcher) error 
 	if err != nil {
 		return fmt.Errorf("relist %s: %w", s.kind.GroupKind(), err)
 	}
-	if s.lists != lists {
+	if s.lists != lists || s.failing {
 		return nil
 	}
 	listed := parseRV(rv)
@@ -236,6 +245,20 @@ func (s *rowStore) reconcile(ctx context.Context, lw cache.ListerWatcher) error 
 	}
 	s.floor = listed
 	return nil
+}
+
+// failed reports that the reflector's list and watch of the kind failed:
+// the kind's error goes to the sink and a KindFailed to the owner, and
+// relists stop replacing until the reflector's next Replace clears it.
+func (s *rowStore) failed(err error) {
+	s.mu.Lock()
+	s.failing = true
+	s.mu.Unlock()
+	cfg := s.run.cfg
+	if rerr := cfg.Sink.ReportKindError(s.ctx, cfg.Cluster, s.kind, describeListError(s.kind, err)); rerr != nil && s.ctx.Err() == nil {
+		cfg.Logger.Error("reporting kind error failed", "cluster", cfg.Cluster, "kind", s.kind.GroupKind(), "err", rerr)
+	}
+	cfg.OnEvent(Event{Type: KindFailed, Kind: s.kind, Err: err})
 }
 
 // list lists every row of the kind through the pager (pages of 500), and

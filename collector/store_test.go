@@ -2,8 +2,10 @@ package collector
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -278,4 +280,61 @@ func podAdapter(t *testing.T) *Adapter {
 	}
 	t.Fatal("no Pod adapter")
 	return nil
+}
+
+func (s *replaceSink) ReportKindError(context.Context, string, index.Kind, error) error { return nil }
+
+// TestRelistKeepsAKindFailure checks that the anti-entropy relist does not
+// replace a kind's rows while its reflector reports it failing (a kind
+// that may be listed but not watched lists fine in a relist): the sink's
+// Replace and the KindSynced would clear the reported error. A failure
+// during the relist's listing drops the listing too, and a relist does not
+// even list while the kind fails; the reflector's next Replace lifts it.
+func TestRelistKeepsAKindFailure(t *testing.T) {
+	sink := &replaceSink{}
+	var events []EventType
+	run := &Run{cfg: Config{Cluster: "c1", Sink: sink, OnEvent: func(e Event) { events = append(events, e.Type) }}}
+	s := &rowStore{ctx: context.Background(), run: run, adapter: podAdapter(t), kind: index.Kind{Version: "v1", Kind: "Pod", Resource: "pods", Namespaced: true}}
+	var duringList func()
+	listed := 0
+	lw := &cache.ListWatch{ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+		listed++
+		if duringList != nil {
+			duringList()
+		}
+		return &corev1.PodList{Items: []corev1.Pod{*testPod("a", "p1", "Running")}}, nil
+	}}
+	forbidden := errors.New("watch is forbidden")
+	for _, step := range []struct {
+		name       string
+		failBefore bool // the reflector failed before the relist
+		failDuring bool // the reflector failed while the relist listed
+		wantSynced bool // the relist replaced and reported KindSynced
+	}{
+		{name: "failing before the relist", failBefore: true},
+		{name: "failing while the relist lists", failDuring: true},
+		{name: "healthy", wantSynced: true},
+	} {
+		if err := s.Replace(nil, "1"); err != nil { // the reflector's listing
+			t.Fatal(err)
+		}
+		if step.failBefore {
+			s.failed(forbidden)
+		}
+		duringList = nil
+		if step.failDuring {
+			duringList = func() { s.failed(forbidden) }
+		}
+		replaced, evs, lists := len(sink.replaced), len(events), listed
+		if err := s.reconcile(context.Background(), lw); err != nil {
+			t.Fatal(err)
+		}
+		if step.failBefore && listed != lists {
+			t.Errorf("%s: the relist listed the kind, which it cannot use", step.name)
+		}
+		gotSynced := len(sink.replaced) > replaced || slices.Contains(events[evs:], KindSynced)
+		if gotSynced != step.wantSynced {
+			t.Errorf("%s: the relist replaced the rows (or reported KindSynced): %v, want %v", step.name, gotSynced, step.wantSynced)
+		}
+	}
 }
