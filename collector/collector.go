@@ -11,6 +11,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/cache"
@@ -44,6 +45,15 @@ const (
 	// goneRelistDelay keeps a server that answers 410 to everything from
 	// turning relists into a busy loop.
 	goneRelistDelay = 100 * time.Millisecond
+	// watchLasted is how long a list and watch must have run for its end
+	// to count as ordinary (a watch ends after an error event, or a 410,
+	// now and then), so that the kind lists again at once. One that ends
+	// sooner, again and again (a proxy or load balancer that closes watch
+	// streams at once), would list the whole kind back to back: it backs
+	// off like a failing list instead. A minute is a small fraction of a
+	// healthy watch's life (the server ends it after 5 to 10 minutes,
+	// and the reflector watches again without listing).
+	watchLasted = time.Minute
 )
 
 // EventType says what happened to a kind.
@@ -307,36 +317,58 @@ func (r *Run) collectKind(ctx context.Context, p plannedKind) {
 		r.cfg.OnEvent(Event{Type: WatchFailed, Kind: p.kind, Err: err})
 	}}
 	store := &rowStore{ctx: ctx, run: r, adapter: p.adapter, kind: p.kind}
-	reflector := cache.NewReflectorWithOptions(lw, p.adapter.newObject(), store, cache.ReflectorOptions{
-		Name:            r.cfg.Cluster + "/" + p.kind.GroupKind(),
-		TypeDescription: p.kind.GroupKind(),
-	})
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
 		r.antiEntropy(ctx, lw, store)
 	}()
+	r.listAndWatch(ctx, lw, store, p.adapter.newObject())
+}
+
+// listAndWatch runs a reflector of one kind into store until ctx ends,
+// listing again after its watch failed (at once if it had run for
+// watchLasted, with backoff otherwise), after a 410 (goneRelistDelay) and
+// after a failed list (backoff, and the kind is reported failing).
+func (r *Run) listAndWatch(ctx context.Context, lw cache.ListerWatcher, store *rowStore, expected runtime.Object) {
+	kind := store.kind
+	reflector := cache.NewReflectorWithOptions(lw, expected, store, cache.ReflectorOptions{
+		Name:            r.cfg.Cluster + "/" + kind.GroupKind(),
+		TypeDescription: kind.GroupKind(),
+	})
 	backoff := retry.New(retry.KindList, nil)
 	for ctx.Err() == nil {
+		start := time.Now()
 		err := reflector.ListAndWatchWithContext(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		if err == nil {
+		lasted := time.Since(start) >= watchLasted
+		if lasted {
 			backoff.Reset()
-			continue // the watch failed after a good list: list again
+		}
+		if err == nil {
+			// The watch failed after a good list: list again, at once
+			// if it had lasted, after a backoff if it ended soon.
+			if lasted {
+				continue
+			}
+			r.cfg.Logger.Debug("watch ended soon after its list; backing off", "cluster", r.cfg.Cluster, "kind", kind.GroupKind())
+			if !backoff.Sleep(ctx, backoff.Next()) {
+				return
+			}
+			continue
 		}
 		if apierrors.IsGone(err) || apierrors.IsResourceExpired(err) {
 			// The resource version is too old (410): an ordinary
 			// event that a fresh list resolves.
-			r.cfg.Logger.Debug("resource version expired; relisting", "cluster", r.cfg.Cluster, "kind", p.kind.GroupKind())
+			r.cfg.Logger.Debug("resource version expired; relisting", "cluster", r.cfg.Cluster, "kind", kind.GroupKind())
 			if !backoff.Sleep(ctx, goneRelistDelay) {
 				return
 			}
 			continue
 		}
 		wait := backoff.Next()
-		r.cfg.Logger.Warn("collecting kind failed", "cluster", r.cfg.Cluster, "kind", p.kind.GroupKind(), "err", err, "retry_in", wait.Round(time.Millisecond))
+		r.cfg.Logger.Warn("collecting kind failed", "cluster", r.cfg.Cluster, "kind", kind.GroupKind(), "err", err, "retry_in", wait.Round(time.Millisecond))
 		store.failed(err)
 		if !backoff.Sleep(ctx, wait) {
 			return
