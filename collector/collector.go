@@ -42,6 +42,14 @@ const (
 	// relistJitter spreads relists of many kinds and clusters over time,
 	// so they do not all hit the API servers in the same second.
 	relistJitter = 0.1
+	// relistFailuresWarn is how many relists of a kind in a row must fail
+	// before each failure is logged as a warning rather than at debug
+	// level: a relist that fails once (a connection lost while it listed,
+	// a 429) is retried at the next interval, while one that keeps failing
+	// means the kind's anti-entropy never runs (a paged list that takes
+	// longer than etcd's compaction interval, 5 min by default, gets a 410
+	// on its continue token every time).
+	relistFailuresWarn = 3
 	// goneRelistDelay keeps a server that answers 410 to everything from
 	// turning relists into a busy loop.
 	goneRelistDelay = 100 * time.Millisecond
@@ -74,6 +82,10 @@ const (
 	// watch timeouts, so the owner should check the connection, not
 	// assume the worst.
 	WatchFailed
+	// RelistFailed: an anti-entropy relist of the kind failed. The kind
+	// is not failing (its watch keeps its rows), but what a watch missed
+	// is not repaired; the owner counts these.
+	RelistFailed
 )
 
 // Event is a report from a collector to its owner.
@@ -378,9 +390,13 @@ func (r *Run) listAndWatch(ctx context.Context, lw cache.ListerWatcher, store *r
 
 // antiEntropy relists a kind every relist interval (jittered) while its
 // watch runs, so that a missed watch event cannot leave a row wrong for
-// longer. A failed relist is only logged: the reflector, which fails on
-// the same trouble, owns reporting it, and the next interval tries again.
+// longer. A failed relist is reported as a RelistFailed event and retried
+// at the next interval; it is logged at debug level, and as a warning
+// once relistFailuresWarn relists in a row have failed. It does not make
+// the kind failing: its watch still delivers, and the reflector, which
+// fails on the same trouble when it is the kind's, owns reporting that.
 func (r *Run) antiEntropy(ctx context.Context, lw cache.ListerWatcher, store *rowStore) {
+	failures := 0
 	for {
 		t := time.NewTimer(retry.Jitter(r.cfg.Relist, relistJitter))
 		select {
@@ -389,9 +405,21 @@ func (r *Run) antiEntropy(ctx context.Context, lw cache.ListerWatcher, store *ro
 			return
 		case <-t.C:
 		}
-		if err := store.reconcile(ctx, lw); err != nil && ctx.Err() == nil {
-			r.cfg.Logger.Debug("anti-entropy relist failed", "cluster", r.cfg.Cluster, "kind", store.kind.GroupKind(), "err", err)
+		err := store.reconcile(ctx, lw)
+		if ctx.Err() != nil {
+			return
 		}
+		if err == nil {
+			failures = 0
+			continue
+		}
+		failures++
+		level := slog.LevelDebug
+		if failures >= relistFailuresWarn {
+			level = slog.LevelWarn
+		}
+		r.cfg.Logger.Log(ctx, level, "anti-entropy relist failed", "cluster", r.cfg.Cluster, "kind", store.kind.GroupKind(), "failures_in_a_row", failures, "err", err)
+		r.cfg.OnEvent(Event{Type: RelistFailed, Kind: store.kind, Err: err})
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -96,3 +97,62 @@ func TestWatchEndingAtOnceBacksOff(t *testing.T) {
 		})
 	}
 }
+
+// TestRelistFailuresAreReported runs a kind's anti-entropy relist on a fake
+// clock against a server whose lists fail three times, succeed, fail and
+// succeed: every failure is a RelistFailed event, and is logged as a
+// warning from the relistFailuresWarn-th failure in a row on; a success
+// starts the count again.
+func TestRelistFailuresAreReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		results := []bool{false, false, false, true, false, true} // list succeeds?
+		lists := 0
+		lw := &cache.ListWatch{ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+			ok := results[lists]
+			lists++
+			if lists == len(results) {
+				cancel()
+			}
+			if !ok {
+				return nil, errors.New("continue token expired")
+			}
+			return &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "9"}}, nil
+		}}
+		logs := &levelRecorder{}
+		var failed int
+		run := &Run{cfg: Config{Cluster: "c1", Sink: &replaceSink{}, Relist: time.Minute, Logger: slog.New(logs), OnEvent: func(e Event) {
+			if e.Type == RelistFailed {
+				failed++
+			}
+		}}}
+		s := &rowStore{ctx: ctx, run: run, adapter: podAdapter(t), kind: index.Kind{Version: "v1", Kind: "Pod", Resource: "pods", Namespaced: true}}
+		if err := s.Replace(nil, "1"); err != nil { // the reflector's listing
+			t.Fatal(err)
+		}
+		run.antiEntropy(ctx, lw, s)
+		if want := 4; failed != want {
+			t.Errorf("%d RelistFailed events, want %d", failed, want)
+		}
+		want := []slog.Level{slog.LevelDebug, slog.LevelDebug, slog.LevelWarn, slog.LevelDebug}
+		if !slices.Equal(logs.levels, want) {
+			t.Errorf("relist failures logged at %v, want %v", logs.levels, want)
+		}
+	})
+}
+
+// levelRecorder is a slog handler that records the level of each record.
+type levelRecorder struct {
+	mu     sync.Mutex
+	levels []slog.Level
+}
+
+func (h *levelRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (h *levelRecorder) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.levels = append(h.levels, r.Level)
+	return nil
+}
+func (h *levelRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *levelRecorder) WithGroup(string) slog.Handler      { return h }

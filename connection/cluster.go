@@ -221,7 +221,7 @@ func (c *cluster) session(ctx context.Context, answered bool) (uint64, error) {
 		Cluster: c.spec.Name, Clients: clients, Sink: c.m.opts.Store, Registry: c.m.opts.Registry,
 		Namespaces: c.m.opts.Namespaces, ExcludeNamespaces: c.m.opts.ExcludeNamespaces,
 		Relist: c.m.opts.Relist, Logger: c.m.opts.Logger,
-		OnEvent: func(e collector.Event) { c.send(collectorSignal(gen, e)) },
+		OnEvent: func(e collector.Event) { c.collectorEvent(gen, e) },
 	})
 	if err != nil {
 		return gen, err
@@ -311,6 +311,18 @@ func (c *cluster) session(ctx context.Context, answered bool) (uint64, error) {
 			return gen, errors.New("reconnect requested")
 		}
 	}
+}
+
+// collectorEvent takes an event of the connection's collector: a failed
+// relist is counted and changes nothing else (the kind's watch still
+// delivers, so neither the kind nor the connection is in doubt); every
+// other event is a signal to the connection.
+func (c *cluster) collectorEvent(gen uint64, e collector.Event) {
+	if e.Type == collector.RelistFailed {
+		c.m.metrics.relistFailures.WithLabelValues(c.spec.Name, e.Kind.GroupKind()).Inc()
+		return
+	}
+	c.send(collectorSignal(gen, e))
 }
 
 func collectorSignal(gen uint64, e collector.Event) signal {

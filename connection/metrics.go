@@ -17,6 +17,7 @@ type metrics struct {
 	forgiven       *prometheus.CounterVec
 	waitingToSync  prometheus.Gauge
 	syncing        prometheus.Gauge
+	relistFailures *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -46,12 +47,16 @@ func newMetrics() *metrics {
 		syncing: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fleetgraph_clusters_syncing", Help: "Clusters in an initial sync: listing every kind after connecting or reconnecting.",
 		}),
+		relistFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetgraph_cluster_relist_failures_total",
+			Help: "Anti-entropy relists of a kind that failed. The kind's watch keeps its rows, but what it missed is not repaired; a kind that counts up at every --relist never gets repaired (a list longer than etcd's compaction interval, say).",
+		}, []string{"cluster", "kind"}),
 	}
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{
-		m.probes, m.probeFailures, m.transitions, m.staleSignals, m.signalsDropped, m.forgiven, m.waitingToSync, m.syncing,
+		m.probes, m.probeFailures, m.transitions, m.staleSignals, m.signalsDropped, m.forgiven, m.waitingToSync, m.syncing, m.relistFailures,
 	} {
 		if err := r.Register(c); err != nil {
 			return fmt.Errorf("register connection metrics: %w", err)
