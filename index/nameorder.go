@@ -229,7 +229,11 @@ func (o *nameOrder) addPending() {
 		}
 		o.pending = o.pending[:0]
 		slices.SortFunc(run, func(a, b nameItem) int { return o.compare(&a, &b) })
-		o.runs = append(o.runs, run)
+		if n := len(o.runs); n > 0 && len(o.runs[n-1])+len(run) <= min(smallRun, o.maxRun) {
+			o.runs[n-1] = o.mergeInto(o.runs[n-1], run)
+		} else {
+			o.runs = append(o.runs, run)
+		}
 		o.items += len(run)
 		for n := len(o.runs); n >= 2 && len(o.runs[n-2]) <= 2*len(o.runs[n-1]) &&
 			len(o.runs[n-2])+len(o.runs[n-1]) <= o.maxRun; n-- {
@@ -238,6 +242,32 @@ func (o *nameOrder) addPending() {
 			o.runs = o.runs[:n-1]
 		}
 	}
+}
+
+// smallRun is the size up to which the last run takes a write's items in
+// place. A write of a few rows (an Upsert, a status change that moves a
+// row between two cells' orders) otherwise added a run of its own and
+// merged it up through every smaller run, allocating each: about 12
+// copies of each item in a list's order.
+const smallRun = 256
+
+// mergeInto merges the sorted items of src into the sorted run dst, in
+// place from the end, and returns the grown run. Readers never see a run
+// while a write changes it: they hold the Store's read lock, and a walk
+// that pauses seeks again.
+func (o *nameOrder) mergeInto(dst, src []nameItem) []nameItem {
+	i, j := len(dst)-1, len(src)-1
+	dst = slices.Grow(dst, len(src))[:len(dst)+len(src)]
+	for k := len(dst) - 1; j >= 0; k-- {
+		if i >= 0 && o.compare(&dst[i], &src[j]) > 0 {
+			dst[k] = dst[i]
+			i--
+		} else {
+			dst[k] = src[j]
+			j--
+		}
+	}
+	return dst
 }
 
 // compact drops the dead items from every run (a sequential pass, without
