@@ -34,7 +34,8 @@ import (
 // clusters it alone would need more than this 2-core machine. Every 5
 // minutes it costs a tenth of that. Watches do not lose events while they
 // run, and a kind whose watch fails or whose resource version expired
-// lists afresh at once, so the interval bounds only how long a change
+// lists afresh (at once, or after a backoff when its watches keep ending
+// soon after their list), so the interval bounds only how long a change
 // missed in some other way can stay wrong.
 const DefaultRelist = 5 * time.Minute
 

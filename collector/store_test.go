@@ -45,12 +45,7 @@ func testPod(ns, name, phase string) *corev1.Pod {
 func TestReplaceOfTransformedObjects(t *testing.T) {
 	sink := &replaceSink{}
 	run := &Run{cfg: Config{Cluster: "c1", Sink: sink, OnEvent: func(Event) {}}, filter: newNamespaceFilter(nil, []string{"kube-system"})}
-	var pod *Adapter
-	for _, a := range NewRegistry().Adapters() {
-		if a.Kind == "Pod" {
-			pod = a
-		}
-	}
+	pod := podAdapter(t)
 	s := &rowStore{ctx: context.Background(), run: run, adapter: pod, kind: index.Kind{Version: "v1", Kind: "Pod", Resource: "pods", Namespaced: true}}
 	objs := []any{testPod("a", "p1", "Running"), testPod("kube-system", "p2", "Running"), testPod("b", "p3", "Pending")}
 	transformed := make([]any, len(objs))
@@ -92,12 +87,7 @@ func TestWatchListReflectorUsesTheTransformer(t *testing.T) {
 			synced <- struct{}{}
 		}
 	}}}
-	var pod *Adapter
-	for _, a := range NewRegistry().Adapters() {
-		if a.Kind == "Pod" {
-			pod = a
-		}
-	}
+	pod := podAdapter(t)
 	s := &rowStore{ctx: context.Background(), run: run, adapter: pod, kind: index.Kind{Version: "v1", Kind: "Pod", Resource: "pods", Namespaced: true}}
 	counted := &typesStore{rowStore: s}
 	fw := watch.NewFake()
