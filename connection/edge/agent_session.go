@@ -157,7 +157,7 @@ func (s *agentSession) stream(ctx context.Context) error {
 				return err
 			}
 		}
-		if _, err := s.sendChanges(ctx, errs); err != nil {
+		if _, err := s.sendChanges(ctx, errs, nil); err != nil {
 			return err
 		}
 		select {
@@ -172,12 +172,13 @@ func (s *agentSession) stream(ctx context.Context) error {
 	}
 }
 
-// sendChanges sends every changed key as deltas of at most maxDeltaKeys
-// keys, and kind states with the first; it returns how many deltas it
-// sent (none when there is nothing to send).
-func (s *agentSession) sendChanges(ctx context.Context, kinds []KindState) (int, error) {
+// sendChanges sends every changed key of the kinds only lists (of every
+// kind when only is nil) as deltas of at most maxDeltaKeys keys, and kind
+// states with the first; it returns how many deltas it sent (none when
+// there is nothing to send).
+func (s *agentSession) sendChanges(ctx context.Context, kinds []KindState, only map[kindID]bool) (int, error) {
 	for n := 0; ; n++ {
-		ups, dels := s.a.buf.takeDelta(maxDeltaKeys)
+		ups, dels := s.a.buf.takeDelta(maxDeltaKeys, only)
 		if len(ups)+len(dels)+len(kinds) == 0 {
 			return n, nil
 		}
@@ -228,8 +229,15 @@ func overhead(m *Message) (int, error) {
 // When the manager takes deltas between the parts (deltasInSnapshot), the
 // parts are at most partBytes and the changes since the snapshot's rows
 // were taken follow each part but the last, so a change waits for one
-// part rather than for the whole snapshot.
+// part rather than for the whole snapshot. Only changes of the kinds the
+// snapshot syncs go between its parts: those are newer than its rows, so
+// the manager lets them win at the commit. A change of another kind waits
+// for the snapshot's end, because the snapshot or the next one would undo
+// it: a later kind snapshot of the same takeKinds carries rows older than
+// the change, and a full snapshot retires a kind it does not list (one
+// that finished its first list while the snapshot went out).
 func (s *agentSession) sendSnapshot(ctx context.Context, full bool, kinds []KindState, rows []index.Object, md map[string]string) error {
+	synced := syncedKinds(kinds)
 	s.snapID++
 	sn := &Snapshot{ID: s.snapID, Full: full, Kinds: kinds, Metadata: md, Rows: []json.RawMessage{}}
 	budget0, err := overhead(&Message{Type: TypeSnapshot, Seq: s.sent.Load(), Snapshot: sn})
@@ -255,7 +263,7 @@ func (s *agentSession) sendSnapshot(ctx context.Context, full bool, kinds []Kind
 		if final || !s.deltasInSnapshot {
 			return nil
 		}
-		n, err := s.sendChanges(ctx, nil)
+		n, err := s.sendChanges(ctx, nil, synced)
 		s.a.stats.deltasInSnapshot.Add(uint64(n))
 		return err
 	}
@@ -283,6 +291,19 @@ func (s *agentSession) sendSnapshot(ctx context.Context, full bool, kinds []Kind
 	}
 	s.a.stats.snapshots.Add(1)
 	return nil
+}
+
+// syncedKinds returns the kinds kinds lists as synced: those a snapshot
+// replaces, whose changes may go between its parts. It is never nil, which
+// takeDelta would read as every kind.
+func syncedKinds(kinds []KindState) map[kindID]bool {
+	out := make(map[kindID]bool, len(kinds))
+	for _, ks := range kinds {
+		if ks.Synced {
+			out[idOf(ks.Kind.Group, ks.Kind.Kind)] = true
+		}
+	}
+	return out
 }
 
 // kindsSize is what part 0 spends on kinds and metadata.

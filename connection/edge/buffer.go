@@ -381,14 +381,19 @@ func (b *buffer) takeKinds() (snaps []kindSnapshot, errs []KindState) {
 	return snaps, errs
 }
 
-// takeDelta removes up to max changed keys and returns the latest row of
-// each, or its key when the object is gone.
-func (b *buffer) takeDelta(limit int) (upserts []index.Object, deletes []index.Key) {
+// takeDelta removes up to max changed keys of the kinds only lists (of
+// every kind when only is nil) and returns the latest row of each, or its
+// key when the object is gone. Keys of other kinds stay changed, for a
+// later call.
+func (b *buffer) takeDelta(limit int, only map[kindID]bool) (upserts []index.Object, deletes []index.Key) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for k := range b.dirty {
 		if len(upserts)+len(deletes) >= limit {
 			break
+		}
+		if only != nil && !only[idOf(k.Group, k.Kind)] {
+			continue
 		}
 		delete(b.dirty, k)
 		if kr := b.kinds[idOf(k.Group, k.Kind)]; kr != nil {

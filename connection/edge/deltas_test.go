@@ -2,13 +2,17 @@ package edge
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -68,11 +72,20 @@ func TestSnapshotWithWrites(t *testing.T) {
 					o := cmRow("c", w.name, w.version)
 					row = &o
 				}
-				p.noteWrite(key(w.name), row, 100, 1<<20)
+				if err := p.noteWrite(key(w.name), row, 100, 1<<20); err != nil {
+					t.Fatal(err)
+				}
 			}
-			// A kind the snapshot does not sync is the deltas' alone.
-			p.noteWrite(index.Key{Cluster: "c", Kind: "Secret", Namespace: "default", Name: "s"}, nil, 0, 1<<20)
-			p.noteWrite(index.Key{Cluster: "c", Kind: "Pod", Namespace: "default", Name: "p"}, nil, 0, 1<<20)
+			// A kind the snapshot lists with an error, or does not list,
+			// is refused: the snapshot would undo its writes.
+			for _, k := range []index.Key{
+				{Cluster: "c", Kind: "Secret", Namespace: "default", Name: "s"},
+				{Cluster: "c", Kind: "Pod", Namespace: "default", Name: "p"},
+			} {
+				if rej := asReject(p.noteWrite(k, nil, 0, 1<<20)); rej == nil || rej.Reason != ReasonInvalid {
+					t.Errorf("a write of %s, a kind the snapshot does not sync: %v, want invalid", k, rej)
+				}
+			}
 			var got []string
 			for _, o := range p.withWrites(cms) {
 				got = append(got, o.Name+"@"+strings.TrimPrefix(o.Message, "version "))
@@ -91,15 +104,35 @@ func TestSnapshotWithWrites(t *testing.T) {
 		p := &pendingSnapshot{kinds: map[kindID]KindState{cms: {Kind: testKind, Synced: true}}, wrote: map[index.Key]deltaWrite{}}
 		row := cmRow("c", "a", "1")
 		for range 1000 {
-			if p.noteWrite(row.Key(), &row, 500, 1000) {
-				t.Fatalf("one key written again and again went over the limit: %d bytes", p.bytes)
+			if err := p.noteWrite(row.Key(), &row, 500, 1000); err != nil {
+				t.Fatalf("one key written again and again went over the limit: %d bytes: %v", p.bytes, err)
 			}
 		}
-		if p.bytes != 500 {
-			t.Errorf("%d bytes held for one key of cost 500", p.bytes)
+		if p.bytes != 500+entryCost {
+			t.Errorf("%d bytes held for one key of cost 500 (and its map entry, %d)", p.bytes, entryCost)
 		}
-		if !p.noteWrite(key("b"), &row, 501, 1000) {
-			t.Errorf("%d bytes held, over the limit of 1000, not reported", p.bytes)
+		if rej := asReject(p.noteWrite(key("b"), &row, 501, 1000)); rej == nil || rej.Reason != ReasonOversize {
+			t.Errorf("%d bytes held, over the limit of 1000: %v, want oversize", p.bytes, rej)
+		}
+	})
+
+	// What the manager keeps of a delta is what it counts: a copy of the
+	// one row, not a pointer into the delta's decoded rows (which would
+	// keep every row of the delta, counted or not), and the key's map
+	// entry, for an upsert as for a delete.
+	t.Run("a kept row is a copy, and its key counts", func(t *testing.T) {
+		p := &pendingSnapshot{kinds: map[kindID]KindState{cms: {Kind: testKind, Synced: true}}, wrote: map[index.Key]deltaWrite{}}
+		rows := []index.Object{cmRow("c", "a", "1"), cmRow("c", "b", "1")}
+		if err := p.noteWrite(rows[0].Key(), &rows[0], 500, 1<<20); err != nil {
+			t.Fatal(err)
+		}
+		rows[0].Message = "the delta's rows, reused"
+		kept := p.wrote[key("a")].row
+		if kept == &rows[0] || kept.Message != "version 1" {
+			t.Errorf("the kept row points into the delta's rows (message %q)", kept.Message)
+		}
+		if p.bytes <= 500 {
+			t.Errorf("an upsert of a row of cost 500 counts %d bytes: its key's map entry is not counted", p.bytes)
 		}
 	})
 }
@@ -172,6 +205,26 @@ func TestDeltasBetweenSnapshotParts(t *testing.T) {
 		}},
 		{"a delete of another cluster's key", []string{FeatureDeltasInSnapshot}, ReasonWrongCluster, func(*testing.T, *rawClient) *Delta {
 			return &Delta{Deletes: []index.Key{del("edge-a", "a")}}
+		}},
+		// An edge that never ends its snapshot, sending deltas of one
+		// row the snapshot syncs (kept, counted) and many of a kind it
+		// does not list: such rows were applied and not kept, but the
+		// kept row pointed into the delta's rows, so every delta stayed
+		// in memory with one row of it counted.
+		{"rows of a kind the snapshot does not sync", []string{FeatureDeltasInSnapshot}, ReasonInvalid, func(t *testing.T, _ *rawClient) *Delta {
+			rows := []index.Object{cmRow("edge-b", "kept", "2")}
+			for i := range 200 {
+				o := cmRow("edge-b", fmt.Sprintf("foo-%d", i), "2")
+				o.Group, o.Kind, o.Resource = "x.example.com", "Foo", "foos"
+				o.Message = strings.Repeat("m", 4<<10)
+				rows = append(rows, o)
+			}
+			return &Delta{Upserts: rawRows(t, rows)}
+		}},
+		{"a delete of a kind the snapshot does not sync", []string{FeatureDeltasInSnapshot}, ReasonInvalid, func(*testing.T, *rawClient) *Delta {
+			k := del("edge-b", "a")
+			k.Kind = "Secret"
+			return &Delta{Deletes: []index.Key{k}}
 		}},
 		{"a flood of deltas", []string{FeatureDeltasInSnapshot}, ReasonOversize, func(_ *testing.T, c *rawClient) *Delta {
 			// Ten deltas of 300 distinct deletes, which the manager must
@@ -341,5 +394,374 @@ func TestOldManagerGetsNoDeltasInSnapshots(t *testing.T) {
 	t.Logf("agent: %d snapshots in %d parts, %d messages", s.Snapshots, s.Parts, s.Messages)
 	if s.Rejects != 0 || s.DeltasInSnapshot != 0 || s.Parts < 2*s.Snapshots {
 		t.Errorf("want multi-part snapshots, no deltas between their parts and no rejects: %+v", s)
+	}
+}
+
+// TestTakeDeltaOfListedKinds: between a snapshot's parts the edge takes
+// only changes of the kinds the snapshot syncs; the others stay changed,
+// for after the snapshot.
+func TestTakeDeltaOfListedKinds(t *testing.T) {
+	b := newBuffer("c", 100)
+	b.setConnected(true)
+	b.takeFull()
+	cm, svc := cmRow("c", "a", "1"), svcRows("c", 1)[0]
+	for _, o := range []index.Object{cm, svc} {
+		if err := b.Upsert(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	only := syncedKinds([]KindState{{Kind: testKind, Synced: true}, {Kind: svcKind, Error: "forbidden"}})
+	ups, dels := b.takeDelta(100, only)
+	if len(ups) != 1 || ups[0].Key() != cm.Key() || len(dels) != 0 {
+		t.Errorf("during a snapshot syncing only ConfigMaps: took %v and deletes %v, want only %s", ups, dels, cm.Key())
+	}
+	ups, _ = b.takeDelta(100, nil)
+	if len(ups) != 1 || ups[0].Key() != svc.Key() {
+		t.Errorf("after the snapshot: took %v, want the Service held back, %s", ups, svc.Key())
+	}
+	if err := b.Delete(t.Context(), cm.Key()); err != nil {
+		t.Fatal(err)
+	}
+	if ups, dels := b.takeDelta(100, syncedKinds([]KindState{{Kind: svcKind, Error: "forbidden"}})); len(ups)+len(dels) != 0 {
+		t.Errorf("a snapshot syncing no kind took %v %v", ups, dels)
+	}
+	if _, dels := b.takeDelta(100, nil); len(dels) != 1 || dels[0] != cm.Key() {
+		t.Errorf("after it: took deletes %v, want %s", dels, cm.Key())
+	}
+}
+
+// relayHub is a manager played by the test in front of a real hub. It
+// welcomes an edge with a window of one message, so the edge sends its
+// next message only once the test acks the last, and the test relays each
+// message to the hub (over its own session) before it acks it to the
+// edge. Between two messages the test can change the edge's rows at a
+// known point of a snapshot.
+//
+// Concurrency: serve (the HTTP handler of the edge's one connection) and
+// its reader goroutine hand messages to the test goroutine over msgs and
+// take acks from it over acks; the test's cleanup closes done and waits
+// for serve.
+type relayHub struct {
+	t      *testing.T
+	h      *hubHarness
+	hub    *rawClient // the relay's session with the real hub
+	msgs   chan *Message
+	acks   chan uint64
+	finals int // snapshots whose final part the hub applied
+	parts  int // the most parts of one snapshot the hub applied
+}
+
+// relayWait bounds how long the relay waits for the edge's next message.
+const relayWait = 30 * time.Second
+
+// newRelayHub starts a relay claiming cluster on a new hub and returns it
+// and the URL an agent dials.
+func newRelayHub(t *testing.T, cluster string) (*relayHub, string) {
+	// The relay reads from the hub only while it relays: the hub waits
+	// longer than the relay waits for the edge before it drops the relay.
+	h := newHubHarness(t, HubOptions{PongWait: 2 * relayWait})
+	r := &relayHub{t: t, h: h, msgs: make(chan *Message, 64), acks: make(chan uint64)}
+	r.hub = dialRaw(t, r.h.url)
+	if got := r.hub.welcome(cluster, "relay", FeatureDeltasInSnapshot); !slices.Equal(got, []string{FeatureDeltasInSnapshot}) {
+		t.Fatalf("the hub's welcome lists %v", got)
+	}
+	done := make(chan struct{})
+	var served sync.WaitGroup
+	var conns atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if conns.Add(1) > 1 {
+			t.Errorf("the edge connected again: its session ended")
+			http.Error(w, "one session only", http.StatusServiceUnavailable)
+			return
+		}
+		served.Add(1)
+		defer served.Done()
+		r.serve(w, req, done)
+	}))
+	t.Cleanup(func() {
+		close(done)
+		served.Wait()
+		srv.Close()
+	})
+	return r, "ws" + strings.TrimPrefix(srv.URL, "http")
+}
+
+func (r *relayHub) serve(w http.ResponseWriter, req *http.Request, done <-chan struct{}) {
+	c := newConn()
+	ws, err := websocket.Accept(w, req, &websocket.AcceptOptions{
+		Subprotocols: []string{Subprotocol}, CompressionMode: websocket.CompressionNoContextTakeover, OnPongReceived: c.pong,
+	})
+	if err != nil {
+		r.t.Errorf("accept: %v", err)
+		return
+	}
+	c.ws = ws
+	defer c.closeNow()
+	if m, _, err := c.read(DefaultMaxMessageBytes, time.Minute); err != nil || m.Type != TypeHello {
+		r.t.Errorf("the edge's hello: %v", err)
+		return
+	}
+	if _, err := c.write(&Message{Type: TypeWelcome, Seq: 1, Time: time.Now(), Welcome: &Welcome{
+		Version: ProtocolVersion, Session: "relay", MaxMessageBytes: DefaultMaxMessageBytes, Window: 1,
+		Features: []string{FeatureDeltasInSnapshot},
+	}}); err != nil {
+		r.t.Errorf("welcome: %v", err)
+		return
+	}
+	readDone := make(chan struct{})
+	defer func() {
+		c.closeNow()
+		<-readDone
+	}()
+	go func() {
+		defer close(readDone)
+		for {
+			m, _, err := c.read(DefaultMaxMessageBytes, time.Minute)
+			if err != nil {
+				return
+			}
+			select {
+			case r.msgs <- m:
+			case <-done:
+				return
+			}
+		}
+	}()
+	for seq := uint64(2); ; seq++ {
+		select {
+		case n := <-r.acks:
+			if _, err := c.write(&Message{Type: TypeAck, Seq: seq, Time: time.Now(), Ack: &Ack{Seq: n}}); err != nil {
+				return
+			}
+		case <-readDone:
+			return
+		case <-done:
+			return
+		}
+	}
+}
+
+// next returns the edge's next message; why says what the test waits for.
+func (r *relayHub) next(why func() string) *Message {
+	r.t.Helper()
+	select {
+	case m := <-r.msgs:
+		return m
+	case <-time.After(relayWait):
+		r.t.Fatalf("no message from the edge within %s, waiting for %s", relayWait, why())
+		return nil
+	}
+}
+
+// pass relays m to the hub, waits until the hub applied it (failing on a
+// reject) and acks it to the edge.
+func (r *relayHub) pass(m *Message) {
+	r.t.Helper()
+	seq := m.Seq
+	m.Seq = 0 // the relay's own session numbers it
+	r.hub.send(m)
+	r.hub.awaitAck(r.hub.seq)
+	if m.Type == TypeSnapshot {
+		r.parts = max(r.parts, m.Snapshot.Part+1)
+		if m.Snapshot.Final {
+			r.finals++
+		}
+	}
+	select {
+	case r.acks <- seq:
+	case <-time.After(30 * time.Second):
+		r.t.Fatal("the edge's session with the relay is gone")
+	}
+}
+
+// relayUntil relays the edge's messages until one that stop matches, and
+// returns that one unrelayed: the edge waits for its ack.
+func (r *relayHub) relayUntil(what string, stop func(*Message) bool) *Message {
+	r.t.Helper()
+	for {
+		m := r.next(func() string { return what })
+		if stop(m) {
+			return m
+		}
+		r.pass(m)
+	}
+}
+
+// settle relays the edge's messages until the hub applied at least finals
+// snapshots and holds the rows the edge holds, each at the edge's version.
+func (r *relayHub) settle(cluster string, want map[string]string, finals int) {
+	r.t.Helper()
+	diff := func() error { return conntest.DiffKeys(want, conntest.RowVersions(r.t, r.h.store, cluster)) }
+	for r.finals < finals || diff() != nil {
+		r.pass(r.next(func() string {
+			return fmt.Sprintf("the hub to hold the edge's rows (%d of %d snapshots applied): %v", r.finals, finals, diff())
+		}))
+	}
+}
+
+// edgeVersions returns the rows the edge's buffer holds, keyed as
+// conntest.RowVersions keys the index's.
+func edgeVersions(b *buffer) map[string]string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := map[string]string{}
+	for _, kr := range b.kinds {
+		for _, o := range kr.rows {
+			out[fmt.Sprintf("%s.%s/%s/%s", o.Kind, o.Group, o.Namespace, o.Name)] = o.ResourceVersion
+		}
+	}
+	return out
+}
+
+// versioned returns rows at version v, which shows in the message too
+// (the index ignores a row that differs only in its resource version).
+func versioned(rows []index.Object, v string) []index.Object {
+	out := slices.Clone(rows)
+	for i := range out {
+		out[i].ResourceVersion, out[i].Message = v, "version "+v
+	}
+	return out
+}
+
+// TestChangesOfOtherKindsWaitForTheSnapshot: between a snapshot's parts
+// the edge sends only changes of the kinds the snapshot syncs; a change of
+// another kind waits for the snapshot's end, because the snapshot, or the
+// one after it, would undo it on the manager (review-edgedelta H1, M1). A
+// relay with a window of one message changes the edge's rows while a
+// snapshot of several parts is going out, and a real hub applies what the
+// edge sends: the hub accepts every message, ends with the edge's rows,
+// and never deletes a row the edge still has.
+func TestChangesOfOtherKindsWaitForTheSnapshot(t *testing.T) {
+	const cluster = "edge-a"
+	ctx := t.Context()
+	configMaps := versioned(testRows(cluster, 3000, ""), "1") // about 1 MiB: several parts of 256 KiB
+	services := versioned(svcRows(cluster, 3), "1")
+	part0 := func(full bool) func(*Message) bool {
+		return func(m *Message) bool {
+			return m.Type == TypeSnapshot && m.Snapshot.Part == 0 && m.Snapshot.Full == full
+		}
+	}
+	cases := []struct {
+		name string
+		// kinds the edge has before the session and expects from discovery
+		kinds []index.Kind
+		// run makes the changes as the relay goes and returns how many
+		// snapshots the hub applies in all.
+		run func(t *testing.T, r *relayHub, b *buffer) int
+	}{
+		{
+			// H1: ConfigMaps and Services relist at once, so they follow
+			// as two kind snapshots of rows taken together. A Service
+			// changes while the ConfigMaps' parts go out; the Services'
+			// snapshot must not undo it.
+			name:  "a later kind snapshot of the same relist",
+			kinds: []index.Kind{testKind, svcKind},
+			run: func(t *testing.T, r *relayHub, b *buffer) int {
+				m := r.relayUntil("the full snapshot", part0(true))
+				for _, k := range []index.Kind{testKind, svcKind} {
+					if err := b.ReportKindError(ctx, cluster, k, errString("relist failed")); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := b.Replace(ctx, cluster, testKind, versioned(configMaps, "2")); err != nil {
+					t.Fatal(err)
+				}
+				if err := b.Replace(ctx, cluster, svcKind, versioned(services, "2")); err != nil {
+					t.Fatal(err)
+				}
+				r.pass(m)
+				m = r.relayUntil("the ConfigMaps' kind snapshot", part0(false))
+				if ks := m.Snapshot.Kinds; len(ks) != 1 || ks[0].Kind.Kind != "ConfigMap" {
+					t.Fatalf("the first kind snapshot lists %+v, want ConfigMaps", ks)
+				}
+				updated := versioned(services[:1], "3")[0]
+				created := versioned(svcRows(cluster, 4)[3:], "3")[0]
+				for _, o := range []index.Object{updated, created} {
+					if err := b.Upsert(ctx, o); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := b.Delete(ctx, services[1].Key()); err != nil {
+					t.Fatal(err)
+				}
+				r.pass(m)
+				return 3 // the full snapshot, then the ConfigMaps' and the Services'
+			},
+		},
+		{
+			// M1: Services finish their first list while a full snapshot
+			// that does not list them goes out; its commit retires every
+			// kind it does not list.
+			name:  "a kind that finishes its first list during a full snapshot",
+			kinds: []index.Kind{testKind},
+			run: func(t *testing.T, r *relayHub, b *buffer) int {
+				m := r.relayUntil("the full snapshot", part0(true))
+				if err := b.Replace(ctx, cluster, svcKind, services); err != nil {
+					t.Fatal(err)
+				}
+				r.pass(m)
+				return 2 // the full snapshot, then the Services'
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r, url := newRelayHub(t, cluster)
+			var mu sync.Mutex
+			var deleted []string
+			var seen uint64 // the last event's sequence number
+			conntest.Follow(t, r.h.store, func(e *index.Event) {
+				mu.Lock()
+				defer mu.Unlock()
+				seen = e.Seq
+				if e.Cluster == cluster && e.Type == index.EventDeleted {
+					o := e.Object()
+					deleted = append(deleted, fmt.Sprintf("%s.%s/%s/%s", o.Kind, o.Group, o.Namespace, o.Name))
+				}
+			})
+			a := startAgent(t, AgentOptions{
+				Manager: url, Cluster: cluster, PingInterval: 5 * time.Second, PongWait: time.Minute,
+				Resync: ResyncOptions{Interval: time.Hour}, // no periodic resync: the test counts snapshots
+			})
+			if err := a.buf.Replace(ctx, cluster, testKind, configMaps); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range tc.kinds[1:] {
+				if err := a.buf.Replace(ctx, cluster, k, services); err != nil {
+					t.Fatal(err)
+				}
+			}
+			a.buf.expect(tc.kinds)
+			finals := tc.run(t, r, a.buf)
+			want := edgeVersions(a.buf)
+			r.settle(cluster, want, finals)
+			s := a.Stats()
+			t.Logf("agent: %d snapshots in %d parts, %d deltas between parts, %d messages", s.Snapshots, s.Parts, s.DeltasInSnapshot, s.Messages)
+			if r.parts < 3 {
+				t.Errorf("the longest snapshot had %d parts: the test needs deltas after a part that is not the first", r.parts)
+			}
+			// Every commit the hub acked is published; the watcher reads
+			// the feed on its own goroutine.
+			last := r.h.store.LastSeq()
+			conntest.Eventually(t, 10*time.Second, "the change feed read", func() error {
+				mu.Lock()
+				defer mu.Unlock()
+				if seen < last {
+					return fmt.Errorf("event %d of %d", seen, last)
+				}
+				return nil
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			var back []string
+			for _, k := range deleted {
+				if _, ok := want[k]; ok {
+					back = append(back, k)
+				}
+			}
+			if len(back) > 0 {
+				t.Errorf("%d rows the edge has were deleted on the way (and came back), e.g. %s", len(back), conntest.Head(back))
+			}
+		})
 	}
 }

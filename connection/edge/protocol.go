@@ -36,10 +36,10 @@ const (
 	// snapshot, so a periodic resync of a large cluster does not hold
 	// every change behind it for as long as the snapshot takes. The
 	// manager applies such a delta at once and keeps, until the snapshot's
-	// final part, what it wrote for each key of a kind the snapshot syncs;
-	// at the commit those rows win over the snapshot's (older) rows of the
-	// same keys, and a key a delta wrote is not removed because the
-	// snapshot omits it (see Snapshot).
+	// final part, what it wrote for each key; at the commit those rows win
+	// over the snapshot's (older) rows of the same keys, and a key a delta
+	// wrote is not removed because the snapshot omits it. Such a delta
+	// carries only keys of the kinds the snapshot syncs (see Snapshot).
 	FeatureDeltasInSnapshot = "deltasInSnapshot"
 )
 
@@ -143,8 +143,8 @@ const (
 	ReasonUnauthorized Reason = "unauthorized"
 	// ReasonInvalid: a Hello or message the protocol does not allow (a
 	// bad version, an empty cluster, a delta inside a snapshot of a
-	// session without FeatureDeltasInSnapshot or with kinds, a row the
-	// index refuses).
+	// session without FeatureDeltasInSnapshot, or with kinds, or with a
+	// key of a kind the snapshot does not sync, a row the index refuses).
 	ReasonInvalid Reason = "invalid"
 	// ReasonMalformed: a frame that is not a JSON message of this
 	// protocol.
@@ -244,9 +244,16 @@ type KindState struct {
 // kind ends with the delta's row (or without the key), whatever the
 // snapshot says of it; every other key ends as the snapshot says, and one
 // the snapshot omits is removed. Such a delta carries only upserts and
-// deletes: kind states wait for the snapshot's end, whose kind list would
-// otherwise overrule them. What the manager keeps of these deltas counts
-// toward the snapshot's limit (ReasonOversize).
+// deletes of keys of the kinds the snapshot lists as synced (ReasonInvalid
+// otherwise): kind states, and changes of other kinds, wait for the
+// snapshot's end, because the snapshot would overrule them (a kind it does
+// not list is retired by a full snapshot's commit; a kind snapshot that
+// follows carries rows older than the change). What the manager keeps of
+// these deltas counts toward the snapshot's limit (ReasonOversize).
+//
+// Readers see a delta between the parts before the snapshot's commit,
+// also during a session's first full snapshot, while the cluster is still
+// CONNECTING; the snapshot's own rows stay all or nothing.
 type Snapshot struct {
 	ID    uint64 `json:"id"`
 	Part  int    `json:"part"`

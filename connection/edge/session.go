@@ -89,26 +89,38 @@ type deltaWrite struct {
 	cost int
 }
 
-// deleteCost is what keeping a deleted key costs beyond its strings: the
-// map entry and the string headers.
-const deleteCost = 128
+// entryCost is what keeping one key in pendingSnapshot.wrote costs beyond
+// the row and strings it points to: the map entry (the key's string
+// headers, a deltaWrite) and the map's own overhead.
+const entryCost = 128
 
-// noteWrite records what a delta wrote for a key during the snapshot, if
-// the snapshot syncs the key's kind (rows of other kinds are the delta's
-// alone), and returns whether the snapshot now holds more than limit bytes.
-func (p *pendingSnapshot) noteWrite(k index.Key, row *index.Object, cost, limit int) bool {
+// noteWrite records what a delta wrote for a key during the snapshot: a
+// copy of its row, or nil for a delete. It refuses a key of a kind the
+// snapshot does not sync (invalid: the edge holds such changes until the
+// snapshot's end, since the snapshot or the one after it would undo them),
+// and ends the snapshot when it would hold more than limit bytes
+// (oversize). The row is copied because a pointer into a delta's rows
+// would keep every row of that delta in memory, counted or not.
+func (p *pendingSnapshot) noteWrite(k index.Key, row *index.Object, cost, limit int) error {
 	if ks, ok := p.kinds[idOf(k.Group, k.Kind)]; !ok || !ks.Synced {
-		return false
+		return rejectf(ReasonInvalid, "a delta inside snapshot %d writes %s, of a kind the snapshot does not sync", p.id, k)
 	}
 	if row == nil {
-		cost = deleteCost + len(k.Cluster) + len(k.Group) + len(k.Kind) + len(k.Namespace) + len(k.Name)
+		cost = len(k.Cluster) + len(k.Group) + len(k.Kind) + len(k.Namespace) + len(k.Name)
+	} else {
+		o := *row
+		row = &o
 	}
+	cost += entryCost // an upsert's key shares its row's strings; a delete's has its own
 	if old, ok := p.wrote[k]; ok {
 		p.bytes -= old.cost
 	}
 	p.wrote[k] = deltaWrite{row: row, cost: cost}
 	p.bytes += cost
-	return p.bytes > limit
+	if p.bytes > limit {
+		return rejectf(ReasonOversize, "snapshot %d and the deltas sent during it would hold over %d bytes of decoded rows", p.id, limit)
+	}
+	return nil
 }
 
 // withWrites returns the rows a synced kind ends with at the commit: the
@@ -556,20 +568,22 @@ func (s *session) applyDelta(ctx context.Context, d *Delta) error {
 }
 
 // noteWrites records a delta's writes in the pending snapshot p, in the
-// order the delta applies them (upserts, then deletes), and ends the
-// session when p would hold more than the snapshot limit: an edge cannot
-// make the manager keep an unbounded flood of deltas during a snapshot.
+// order the delta applies them (upserts, then deletes), before any is
+// applied. It ends the session when a write is of a kind p does not sync,
+// or when p would hold more than the snapshot limit: an edge cannot make
+// the manager keep an unbounded flood of deltas during a snapshot, nor
+// rows nothing counts.
 func (s *session) noteWrites(p *pendingSnapshot, rows []index.Object, costs []int, deletes []index.Key) error {
 	limit := s.h.opts.MaxSnapshotBytes
-	over := false
 	for i := range rows {
-		over = p.noteWrite(rows[i].Key(), &rows[i], costs[i], limit) || over
+		if err := p.noteWrite(rows[i].Key(), &rows[i], costs[i], limit); err != nil {
+			return err
+		}
 	}
 	for _, k := range deletes {
-		over = p.noteWrite(k, nil, 0, limit) || over
-	}
-	if over {
-		return rejectf(ReasonOversize, "snapshot %d and the deltas sent during it would hold over %d bytes of decoded rows", p.id, limit)
+		if err := p.noteWrite(k, nil, 0, limit); err != nil {
+			return err
+		}
 	}
 	return nil
 }
