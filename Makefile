@@ -175,9 +175,14 @@ check-generated:
 	@$(GENERATE_INPUTS) | xargs -0 sha256sum 2>&1 | diff $(BIN)/.generate-before - || \
 		{ echo "go generate changed the files above: the generated code was stale (it is regenerated now; commit it)"; exit 1; }
 
-## test-unit: every test that needs no control plane and no Node (the others skip, saying so)
-test-unit: test-testenv
-	env -u FLEETGRAPH_TESTENV -u FLEETGRAPH_CONFORMANCE -u FLEETGRAPH_HELM $(GO) test -race -timeout 10m ./...
+## test-unit: every test that needs no control plane and no Node (the others skip, saying so), with
+## fewer random cases than make test runs (the model test, the RBAC differentials), for a quick loop
+UNIT_ENV := env -u FLEETGRAPH_TESTENV -u FLEETGRAPH_CONFORMANCE -u FLEETGRAPH_HELM \
+	FLEETGRAPH_MODEL_OPS=20000 RBACDIFF_CASES=10000 RBACDIFF_QUERY_PAIRS=1000
+test-unit:
+	$(UNIT_ENV) $(GO) test -race -timeout 10m ./...
+	cd testenv && $(UNIT_ENV) $(GO) test -race -timeout 10m ./...
+	cd testenv/rbacdiff/querypath && $(UNIT_ENV) $(GO) test -race -timeout 10m ./...
 
 ## lint: golangci-lint v2 with the config in .golangci.yml
 lint: $(GOLANGCI_LINT)
