@@ -485,6 +485,8 @@ type labelDict struct {
 	// rc recycles pair ids; a pair's count is its posting list (see
 	// recycler).
 	rc recycler
+	// maps keeps the Labels maps of recent pages' rows.
+	maps labelMaps
 }
 
 func newLabelDict() *labelDict {
@@ -564,6 +566,7 @@ func (d *labelDict) lookup(key, value string) (uint32, bool) {
 
 // reclaimPair frees pair pid, which counted as a use of its key and value.
 func (d *labelDict) reclaimPair(pid uint32) {
+	d.maps.reset() // a set with pid would name other labels once pid is reused
 	p := d.pairs.at(pid)
 	d.keys.unref(p.kid)
 	d.values.unref(p.vid)
@@ -572,6 +575,20 @@ func (d *labelDict) reclaimPair(pid uint32) {
 
 // held returns how many pairs the dictionary holds, as strDict.held.
 func (d *labelDict) held() int { return d.pairs.len() - len(d.rc.free) }
+
+// labelMap returns a new map of the labels of r, nil when it has none.
+func (d *labelDict) labelMap(r *objRow) map[string]string {
+	n := r.numLabels()
+	if n == 0 {
+		return nil
+	}
+	m := make(map[string]string, n)
+	for i := range n {
+		id := r.label(i)
+		m[d.key(id)] = d.value(id)
+	}
+	return m
+}
 
 // key and value return the strings of a pair.
 func (d *labelDict) key(pid uint32) string   { return d.keys.str(d.pairs.at(pid).kid) }

@@ -73,7 +73,9 @@ type OwnerRef struct {
 // serializes to JSON, so it can cross processes unchanged.
 //
 // Rows handed to the index must not be mutated afterwards, and rows the
-// index returns must not be mutated by callers: the index may share them.
+// index returns must not be mutated by callers: the index may share them
+// (the Labels maps of query pages are shared between pages and rows with
+// equal labels).
 type Object struct {
 	Cluster         string            `json:"cluster"`
 	Namespace       string            `json:"namespace,omitempty"`

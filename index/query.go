@@ -300,7 +300,7 @@ func (s *Store) Query(ctx context.Context, q Query) (*Page, error) {
 	ends := make([]int, len(rows))
 	for i, r := range rows {
 		sk := s.x.sortKeyOf(q.Order.Field, r)
-		s.x.fillObject(&objs[i], r)
+		s.x.fillFields(&objs[i], r)
 		if cursors == nil {
 			cursors = make([]byte, 0, len(rows)*base64.RawURLEncoding.EncodedLen(len(sk.key)+len(sk.str)+16))
 		}
@@ -308,6 +308,7 @@ func (s *Store) Query(ctx context.Context, q Query) (*Page, error) {
 		ends[i] = len(cursors)
 		page.Edges[i] = Edge{Object: &objs[i], Stale: stale[s.x.clusters.str(r.cid)]}
 	}
+	s.x.labels.maps.fill(s.x.labels, objs, rows)
 	all := unsafe.String(unsafe.SliceData(cursors), len(cursors)) // cursors is not written again
 	start := 0
 	for i, end := range ends {
@@ -394,7 +395,7 @@ func walkBudget(src source, first int) int {
 // without loading them, so an exact source costs a few nanoseconds a row.
 func (p *plan) collect(src source, o Order, after *sortKey, first int) ([]*objRow, bool, int, error) {
 	x := p.x
-	h := newTopK(o.Desc, first+1)
+	h := newTopK(o.Desc, first+1, src.est)
 	// beyond reports whether a row whose key compares c with a bound is
 	// past it in the order.
 	beyond := func(c int) bool { return (!o.Desc && c > 0) || (o.Desc && c < 0) }
@@ -569,8 +570,10 @@ type topItem struct {
 	sk sortKey
 }
 
-func newTopK(desc bool, limit int) *topK {
-	return &topK{desc: desc, limit: limit, items: make([]topItem, 0, limit), heap: make([]int32, 0, limit)}
+// newTopK returns a topK for the limit first of at most est rows.
+func newTopK(desc bool, limit, est int) *topK {
+	n := max(0, min(limit, est))
+	return &topK{desc: desc, limit: limit, items: make([]topItem, 0, n), heap: make([]int32, 0, n)}
 }
 
 // after reports whether item i comes after item j in the order.

@@ -232,8 +232,16 @@ func (x *objIndex) object(r *objRow) *Object {
 	return o
 }
 
-// fillObject sets *o to the Object of a row, under the read lock.
+// fillObject sets *o to the Object of a row, under the read lock, with a
+// Labels map of its own (pages share theirs: labelMaps).
 func (x *objIndex) fillObject(o *Object, r *objRow) {
+	x.fillFields(o, r)
+	o.Labels = x.labels.labelMap(r)
+}
+
+// fillFields sets *o to the Object of a row but for its Labels, under the
+// read lock.
+func (x *objIndex) fillFields(o *Object, r *objRow) {
 	*o = Object{
 		Cluster:         x.clusters.str(r.cid),
 		Namespace:       x.namespaces.str(r.nsid),
@@ -250,12 +258,5 @@ func (x *objIndex) fillObject(o *Object, r *objRow) {
 		Status:          Statuses[r.status],
 		Message:         r.message,
 		Summary:         r.summary,
-	}
-	if n := r.numLabels(); n > 0 {
-		o.Labels = make(map[string]string, n)
-		for i := range n {
-			id := r.label(i)
-			o.Labels[x.labels.key(id)] = x.labels.value(id)
-		}
 	}
 }

@@ -105,9 +105,25 @@ func (p *plan) kindStatusSource() (source, bool) {
 		return source{}, false
 	}
 	var lists []*postings
-	for k, l := range p.x.kindStatus {
-		if p.cellMatches(k) {
-			lists = append(lists, l)
+	if p.kids == nil {
+		for k, l := range p.x.kindStatus {
+			if p.cellMatches(k) {
+				lists = append(lists, l)
+			}
+		}
+	} else {
+		// A filter names a few kinds of the many: look up their cells
+		// rather than range over every cell.
+		for kid, in := range p.kids {
+			for st := range uint8(len(Statuses)) {
+				if !in {
+					break
+				}
+				k := cellKey(uint32(kid), st)
+				if l := p.x.kindStatus[k]; l != nil && p.cellMatches(k) {
+					lists = append(lists, l)
+				}
+			}
 		}
 	}
 	s := p.x.unionSource(lists)
