@@ -98,7 +98,8 @@ type HubOptions struct {
 	// Grace, MaxMessageBytes, MaxSnapshotBytes, Window, HelloTimeout,
 	// MaxHandshakes, PingInterval and PongWait default to the constants
 	// above. MaxSnapshotBytes counts what the decoded rows of a snapshot
-	// cost to hold while its parts arrive.
+	// cost to hold while its parts arrive; what the deltas between its
+	// parts wrote may hold another eighth of it (wroteShare).
 	Grace            time.Duration
 	MaxMessageBytes  int
 	MaxSnapshotBytes int

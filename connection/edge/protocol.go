@@ -152,9 +152,9 @@ const (
 	// ReasonWrongCluster: a row or key of a cluster other than the one
 	// the session claimed.
 	ReasonWrongCluster Reason = "wrong_cluster"
-	// ReasonOversize: a message over MaxMessageBytes, or a snapshot
-	// (with what deltas wrote during it) over the manager's snapshot
-	// limit.
+	// ReasonOversize: a message over MaxMessageBytes, a snapshot over
+	// the manager's snapshot limit, or what deltas wrote during it over
+	// their share of that limit.
 	ReasonOversize Reason = "oversize"
 	// ReasonSequenceGap: a message whose Seq is not the previous plus one.
 	ReasonSequenceGap Reason = "sequence_gap"

@@ -75,12 +75,29 @@ type pendingSnapshot struct {
 	metadata map[string]string
 	rows     map[kindID][]index.Object
 	nrows    int
-	bytes    int // what the decoded rows and wrote cost to hold (Quotas.checkRow)
-	// wrote holds what deltas between the parts wrote for keys of the
-	// kinds the snapshot syncs (FeatureDeltasInSnapshot): those win over
-	// the snapshot's rows at the commit (withWrites).
-	wrote map[index.Key]deltaWrite
+	bytes    int // what the decoded rows cost to hold (Quotas.checkRow)
+	// wrote holds, by kind, what deltas between the parts wrote for keys
+	// of the kinds the snapshot syncs (FeatureDeltasInSnapshot): those
+	// win over the snapshot's rows at the commit (withWrites). Grouped by
+	// kind, so the commit merges each kind with its own writes only.
+	wrote map[kindID]map[index.Key]deltaWrite
+	// wroteBytes is what wrote costs to hold. It has its own allowance
+	// (wroteLimit), not a share of the rows': a key both in the rows and
+	// in wrote is held twice until the commit, and counting both against
+	// one limit made an honest cluster near it fail with oversize
+	// whenever it changed during a resync.
+	wroteBytes int
 }
+
+// wroteShare sets what the deltas inside one snapshot may hold:
+// MaxSnapshotBytes/wroteShare on top of the snapshot's rows (64 MiB at the
+// default), far more than an edge's dirty set sends during one snapshot,
+// and a bound on what a hostile edge adds to the rows' limit.
+const wroteShare = 8
+
+// wroteLimit is what the deltas inside a snapshot may hold, for a
+// snapshot limit of maxSnapshot bytes.
+func wroteLimit(maxSnapshot int) int { return max(maxSnapshot/wroteShare, 1) }
 
 // deltaWrite is what a delta inside a snapshot wrote for one key: its row,
 // or nil for a delete, and what keeping it costs.
@@ -112,35 +129,51 @@ func (p *pendingSnapshot) noteWrite(k index.Key, row *index.Object, cost, limit 
 		row = &o
 	}
 	cost += entryCost // an upsert's key shares its row's strings; a delete's has its own
-	if old, ok := p.wrote[k]; ok {
-		p.bytes -= old.cost
+	id := idOf(k.Group, k.Kind)
+	w := p.wrote[id]
+	if w == nil {
+		w = map[index.Key]deltaWrite{}
+		p.wrote[id] = w
 	}
-	p.wrote[k] = deltaWrite{row: row, cost: cost}
-	p.bytes += cost
-	if p.bytes > limit {
-		return rejectf(ReasonOversize, "snapshot %d and the deltas sent during it would hold over %d bytes of decoded rows", p.id, limit)
+	if old, ok := w[k]; ok {
+		p.wroteBytes -= old.cost
+	}
+	w[k] = deltaWrite{row: row, cost: cost}
+	p.wroteBytes += cost
+	if p.wroteBytes > limit {
+		return rejectf(ReasonOversize, "the deltas sent during snapshot %d would hold over %d bytes of decoded rows", p.id, limit)
 	}
 	return nil
+}
+
+// written reports whether a delta inside the snapshot wrote k: the
+// snapshot's row of k is older than that write, so it is dropped on
+// arrival rather than held until the commit.
+func (p *pendingSnapshot) written(id kindID, k index.Key) bool {
+	_, ok := p.wrote[id][k]
+	return ok
 }
 
 // withWrites returns the rows a synced kind ends with at the commit: the
 // snapshot's rows of the keys no delta wrote meanwhile, and the rows the
 // deltas wrote (a key a delta deleted is left out, however the snapshot
 // has it). A delta taken after the snapshot's rows is newer than them, so
-// it wins, the same rule as the collector's reconcile.
+// it wins, the same rule as the collector's reconcile. A kind no delta
+// wrote costs nothing; one that deltas wrote costs a pass over its rows
+// and its own writes, never another kind's.
 func (p *pendingSnapshot) withWrites(id kindID) []index.Object {
-	rows := p.rows[id]
-	if len(p.wrote) == 0 {
+	rows, wrote := p.rows[id], p.wrote[id]
+	if len(wrote) == 0 {
 		return rows
 	}
 	out := rows[:0]
 	for i := range rows {
-		if _, ok := p.wrote[rows[i].Key()]; !ok {
+		if _, ok := wrote[rows[i].Key()]; !ok {
 			out = append(out, rows[i])
 		}
 	}
-	for k, w := range p.wrote {
-		if w.row != nil && idOf(k.Group, k.Kind) == id {
+	for _, w := range wrote {
+		if w.row != nil {
 			out = append(out, *w.row)
 		}
 	}
@@ -339,7 +372,7 @@ func (s *session) applySnapshot(ctx context.Context, sn *Snapshot) error {
 		}
 		p := &pendingSnapshot{
 			id: sn.ID, next: 1, full: sn.Full, metadata: sn.Metadata,
-			kinds: map[kindID]KindState{}, rows: map[kindID][]index.Object{}, wrote: map[index.Key]deltaWrite{},
+			kinds: map[kindID]KindState{}, rows: map[kindID][]index.Object{}, wrote: map[kindID]map[index.Key]deltaWrite{},
 		}
 		for i := range sn.Kinds {
 			ks := sn.Kinds[i]
@@ -369,16 +402,19 @@ func (s *session) applySnapshot(ctx context.Context, sn *Snapshot) error {
 		if err != nil {
 			return err
 		}
+		id := idOf(o.Group, o.Kind)
+		if ks, ok := p.kinds[id]; !ok || !ks.Synced {
+			return rejectf(ReasonInvalid, "row %s is of a kind snapshot %d does not sync", o.Key(), p.id)
+		}
+		if p.written(id, o.Key()) {
+			continue
+		}
 		p.bytes += cost
 		if p.bytes > s.h.opts.MaxSnapshotBytes {
 			return rejectf(ReasonOversize, "snapshot %d would hold over %d bytes of decoded rows", p.id, s.h.opts.MaxSnapshotBytes)
 		}
 		if p.nrows++; p.nrows > s.h.opts.Quotas.RowsPerCluster {
 			return quotaf("snapshot %d has over %d rows, the most a cluster may have", p.id, s.h.opts.Quotas.RowsPerCluster)
-		}
-		id := idOf(o.Group, o.Kind)
-		if ks, ok := p.kinds[id]; !ok || !ks.Synced {
-			return rejectf(ReasonInvalid, "row %s is of a kind snapshot %d does not sync", o.Key(), p.id)
 		}
 		p.rows[id] = append(p.rows[id], o)
 	}
@@ -574,7 +610,7 @@ func (s *session) applyDelta(ctx context.Context, d *Delta) error {
 // the manager keep an unbounded flood of deltas during a snapshot, nor
 // rows nothing counts.
 func (s *session) noteWrites(p *pendingSnapshot, rows []index.Object, costs []int, deletes []index.Key) error {
-	limit := s.h.opts.MaxSnapshotBytes
+	limit := wroteLimit(s.h.opts.MaxSnapshotBytes)
 	for i := range rows {
 		if err := p.noteWrite(rows[i].Key(), &rows[i], costs[i], limit); err != nil {
 			return err
