@@ -40,6 +40,10 @@ type agentSession struct {
 	sent    atomic.Uint64 // the same, for the reader's ack checks
 	acked   uint64        // owned by readLoop
 	snapID  uint64        // owned by run
+	// ackedSeq is acked, for run's pacing of snapshot parts; acks (capacity
+	// 1) tells run that it grew.
+	ackedSeq atomic.Uint64
+	acks     chan struct{}
 	// deltasInSnapshot: the manager's Welcome lists
 	// FeatureDeltasInSnapshot, so deltas go between a snapshot's parts.
 	deltasInSnapshot bool
@@ -48,11 +52,12 @@ type agentSession struct {
 func newAgentSession(a *Agent, conn *conn, w *Welcome) *agentSession {
 	s := &agentSession{
 		a: a, conn: conn, maxMsg: w.MaxMessageBytes,
-		window: make(chan struct{}, w.Window), done: make(chan struct{}), sem: make(chan struct{}, maxDetailWorkers),
+		window: make(chan struct{}, w.Window), done: make(chan struct{}), sem: make(chan struct{}, maxDetailWorkers), acks: make(chan struct{}, 1),
 		seq: 1, acked: 1, // the Hello was 1, and the Welcome acknowledged it
 		deltasInSnapshot: slices.Contains(w.Features, FeatureDeltasInSnapshot),
 	}
 	s.sent.Store(1)
+	s.ackedSeq.Store(1)
 	for range w.Window {
 		s.window <- struct{}{}
 	}
@@ -138,7 +143,7 @@ func (s *agentSession) stream(ctx context.Context) error {
 	for {
 		if due || buf.fullDue() {
 			full := buf.takeFull()
-			if err := s.sendSnapshot(ctx, true, full.kinds, full.rows, s.a.currentMetadata()); err != nil {
+			if err := s.sendSnapshot(ctx, true, !first, full.kinds, full.rows, s.a.currentMetadata()); err != nil {
 				return err
 			}
 			// The session's first snapshot carries the first listing (or
@@ -153,7 +158,7 @@ func (s *agentSession) stream(ctx context.Context) error {
 		}
 		snaps, errs := buf.takeKinds()
 		for _, ks := range snaps {
-			if err := s.sendSnapshot(ctx, false, []KindState{ks.state}, ks.rows, nil); err != nil {
+			if err := s.sendSnapshot(ctx, false, true, []KindState{ks.state}, ks.rows, nil); err != nil {
 				return err
 			}
 		}
@@ -187,6 +192,33 @@ func (s *agentSession) sendChanges(ctx context.Context, kinds []KindState, only 
 		}
 		kinds = nil
 	}
+}
+
+// paceParts waits until the manager has acknowledged the part sent
+// resyncPartsInFlight parts ago (parts holds the sequence numbers of the
+// snapshot's parts so far), sending the changes of the kinds only lists as
+// they come meanwhile: a change does not wait for the next part to leave.
+func (s *agentSession) paceParts(ctx context.Context, parts []uint64, only map[kindID]bool) error {
+	if len(parts) < resyncPartsInFlight {
+		return nil
+	}
+	seq := parts[len(parts)-resyncPartsInFlight]
+	for s.ackedSeq.Load() < seq {
+		select {
+		case <-s.acks:
+		case <-s.a.buf.wake:
+			n, err := s.sendChanges(ctx, nil, only)
+			s.a.stats.deltasInSnapshot.Add(uint64(n))
+			if err != nil {
+				return err
+			}
+		case <-s.done:
+			return s.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // send numbers and writes one message once the window allows it.
@@ -235,9 +267,14 @@ func overhead(m *Message) (int, error) {
 // for the snapshot's end, because the snapshot or the next one would undo
 // it: a later kind snapshot of the same takeKinds carries rows older than
 // the change, and a full snapshot retires a kind it does not list (one
-// that finished its first list while the snapshot went out).
-func (s *agentSession) sendSnapshot(ctx context.Context, full bool, kinds []KindState, rows []index.Object, md map[string]string) error {
+// that finished its first list while the snapshot went out). When paced
+// (every snapshot but the session's first full one), at most
+// resyncPartsInFlight parts are unacknowledged at a time, so such a change
+// also queues on the manager behind at most that many parts.
+func (s *agentSession) sendSnapshot(ctx context.Context, full, paced bool, kinds []KindState, rows []index.Object, md map[string]string) error {
 	synced := syncedKinds(kinds)
+	paced = paced && s.deltasInSnapshot
+	var parts []uint64 // sequence numbers of the parts sent, when paced
 	s.snapID++
 	sn := &Snapshot{ID: s.snapID, Full: full, Kinds: kinds, Metadata: md, Rows: []json.RawMessage{}}
 	budget0, err := overhead(&Message{Type: TypeSnapshot, Seq: s.sent.Load(), Snapshot: sn})
@@ -252,8 +289,17 @@ func (s *agentSession) sendSnapshot(ctx context.Context, full bool, kinds []Kind
 	size := 0
 	flush := func(final bool) error {
 		sn.Final = final
-		if err := s.send(ctx, &Message{Type: TypeSnapshot, Snapshot: sn}); err != nil {
+		if paced {
+			if err := s.paceParts(ctx, parts, synced); err != nil {
+				return err
+			}
+		}
+		m := &Message{Type: TypeSnapshot, Snapshot: sn}
+		if err := s.send(ctx, m); err != nil {
 			return err
+		}
+		if paced {
+			parts = append(parts, m.Seq)
 		}
 		s.a.stats.parts.Add(1)
 		s.a.stats.rows.Add(uint64(len(sn.Rows)))
@@ -410,6 +456,11 @@ func (s *agentSession) ack(seq uint64) error {
 		case s.window <- struct{}{}:
 		default: // cannot happen: tokens taken equal messages unacked
 		}
+	}
+	s.ackedSeq.Store(seq)
+	select {
+	case s.acks <- struct{}{}:
+	default: // run has a wake-up pending already
 	}
 	return nil
 }

@@ -512,8 +512,8 @@ func TestTakeDeltaOfListedKinds(t *testing.T) {
 }
 
 // relayHub is a manager played by the test in front of a real hub. It
-// welcomes an edge with a window of one message, so the edge sends its
-// next message only once the test acks the last, and the test relays each
+// welcomes an edge with a window of window messages (one: the edge sends
+// its next message only once the test acks the last), and the test relays each
 // message to the hub (over its own session) before it acks it to the
 // edge. Between two messages the test can change the edge's rows at a
 // known point of a snapshot.
@@ -537,7 +537,7 @@ const relayWait = 30 * time.Second
 
 // newRelayHub starts a relay claiming cluster on a new hub and returns it
 // and the URL an agent dials.
-func newRelayHub(t *testing.T, cluster string) (*relayHub, string) {
+func newRelayHub(t *testing.T, cluster string, window int) (*relayHub, string) {
 	// The relay reads from the hub only while it relays: the hub waits
 	// longer than the relay waits for the edge before it drops the relay.
 	h := newHubHarness(t, HubOptions{PongWait: 2 * relayWait})
@@ -557,7 +557,7 @@ func newRelayHub(t *testing.T, cluster string) (*relayHub, string) {
 		}
 		served.Add(1)
 		defer served.Done()
-		r.serve(w, req, done)
+		r.serve(w, req, window, done)
 	}))
 	t.Cleanup(func() {
 		close(done)
@@ -567,7 +567,7 @@ func newRelayHub(t *testing.T, cluster string) (*relayHub, string) {
 	return r, "ws" + strings.TrimPrefix(srv.URL, "http")
 }
 
-func (r *relayHub) serve(w http.ResponseWriter, req *http.Request, done <-chan struct{}) {
+func (r *relayHub) serve(w http.ResponseWriter, req *http.Request, window int, done <-chan struct{}) {
 	c := newConn()
 	ws, err := websocket.Accept(w, req, &websocket.AcceptOptions{
 		Subprotocols: []string{Subprotocol}, CompressionMode: websocket.CompressionNoContextTakeover, OnPongReceived: c.pong,
@@ -583,7 +583,7 @@ func (r *relayHub) serve(w http.ResponseWriter, req *http.Request, done <-chan s
 		return
 	}
 	if _, err := c.write(&Message{Type: TypeWelcome, Seq: 1, Time: time.Now(), Welcome: &Welcome{
-		Version: ProtocolVersion, Session: "relay", MaxMessageBytes: DefaultMaxMessageBytes, Window: 1,
+		Version: ProtocolVersion, Session: "relay", MaxMessageBytes: DefaultMaxMessageBytes, Window: window,
 		Features: []string{FeatureDeltasInSnapshot},
 	}}); err != nil {
 		r.t.Errorf("welcome: %v", err)
@@ -787,7 +787,7 @@ func TestChangesOfOtherKindsWaitForTheSnapshot(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r, url := newRelayHub(t, cluster)
+			r, url := newRelayHub(t, cluster, 1)
 			var mu sync.Mutex
 			var deleted []string
 			var seen uint64 // the last event's sequence number
@@ -844,5 +844,113 @@ func TestChangesOfOtherKindsWaitForTheSnapshot(t *testing.T) {
 				t.Errorf("%d rows the edge has were deleted on the way (and came back), e.g. %s", len(back), conntest.Head(back))
 			}
 		})
+	}
+}
+
+// TestResyncKeepsTwoPartsInFlight: once a session's first full snapshot is
+// sent, a resync keeps at most two parts unacknowledged, and a change made
+// while it waits for an ack goes out at once, not after the next part: a
+// delta queues on the manager behind two parts, not behind a window of
+// them. The first snapshot uses the whole window. A relay with a window of
+// 16 holds its acks back to see what the edge sends unprompted, and a real
+// hub applies every message.
+func TestResyncKeepsTwoPartsInFlight(t *testing.T) {
+	const cluster = "edge-a"
+	ctx := t.Context()
+	configMaps := versioned(testRows(cluster, 6000, ""), "1") // about 2 MiB: 8 parts or more
+	r, url := newRelayHub(t, cluster, DefaultWindow)
+	every := 500 * time.Millisecond
+	a := startAgent(t, AgentOptions{
+		Manager: url, Cluster: cluster, PingInterval: 5 * time.Second, PongWait: time.Minute,
+		Resync: ResyncOptions{Interval: every, Min: every, Max: every},
+	})
+	if err := a.buf.Replace(ctx, cluster, testKind, configMaps); err != nil {
+		t.Fatal(err)
+	}
+	a.buf.expect([]index.Kind{testKind})
+
+	// held are the edge's messages not yet relayed nor acked, in order;
+	// release relays and acks them up to and including the first part.
+	var held []*Message
+	unacked := func() int {
+		n := 0
+		for _, m := range held {
+			if m.Type == TypeSnapshot {
+				n++
+			}
+		}
+		return n
+	}
+	release := func() {
+		for len(held) > 0 {
+			m := held[0]
+			held = held[1:]
+			r.pass(m)
+			if m.Type == TypeSnapshot {
+				return
+			}
+		}
+	}
+	isPart := func(id uint64) func() string {
+		return func() string { return fmt.Sprintf("a part of snapshot %d (%d messages held)", id, len(held)) }
+	}
+
+	// The first snapshot: three parts unacknowledged (a paced edge would
+	// stop at two, and this would time out).
+	for unacked() < 3 {
+		m := r.next(isPart(1))
+		if m.Type != TypeSnapshot || m.Snapshot.ID != 1 || m.Snapshot.Final {
+			t.Fatalf("got %s while waiting for 3 parts of the first snapshot", m.Type)
+		}
+		held = append(held, m)
+	}
+	for len(held) > 0 {
+		release()
+	}
+	held = append(held, r.relayUntil("the first resync", func(m *Message) bool { return m.Type == TypeSnapshot && m.Snapshot.ID == 2 }))
+
+	// The first resync: with two parts unacknowledged the edge waits, and
+	// a change made then goes out at once; an ack lets the next part go.
+	changes := 0
+	for final := false; !final; {
+		m := r.next(isPart(2))
+		switch {
+		case m.Type == TypeSnapshot && m.Snapshot.ID == 2:
+			if n := unacked(); n >= 2 {
+				t.Fatalf("part %d of the resync came with %d parts unacknowledged", m.Snapshot.Part, n)
+			}
+			held = append(held, m)
+			if final = m.Snapshot.Final; final || unacked() < 2 {
+				continue
+			}
+			changes++
+			o := versioned(configMaps[changes:changes+1], fmt.Sprint(changes+1))[0]
+			if err := a.buf.Upsert(ctx, o); err != nil {
+				t.Fatal(err)
+			}
+			d := r.next(func() string { return "the delta of a change made with two parts unacknowledged" })
+			if d.Type != TypeDelta {
+				what := string(d.Type)
+				if d.Snapshot != nil {
+					what = fmt.Sprintf("part %d of snapshot %d", d.Snapshot.Part, d.Snapshot.ID)
+				}
+				t.Fatalf("after a change made with two parts unacknowledged the edge sent %s, want the change's delta", what)
+			}
+			held = append(held, d)
+			release()
+		case m.Type == TypeDelta:
+			held = append(held, m)
+		default:
+			t.Fatalf("got %s while waiting for the resync's parts", m.Type)
+		}
+	}
+	for len(held) > 0 {
+		release()
+	}
+	r.settle(cluster, edgeVersions(a.buf), 2)
+	s := a.Stats()
+	t.Logf("agent: %d snapshots in %d parts, %d deltas between parts, %d changes made with two parts unacknowledged", s.Snapshots, s.Parts, s.DeltasInSnapshot, changes)
+	if changes < 3 {
+		t.Errorf("%d changes made with two parts unacknowledged: the resync had too few parts", changes)
 	}
 }
