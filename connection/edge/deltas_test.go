@@ -461,6 +461,9 @@ func TestOldManagerGetsNoDeltasInSnapshots(t *testing.T) {
 	}
 	a.buf.expect([]index.Kind{testKind})
 	for round := 1; a.Stats().Snapshots < 10; round++ {
+		if round == 100_000 { // at least 100 s: the session ended some other way (review-edgedelta L5)
+			t.Fatalf("%d rounds of changes and only %d snapshots: %+v", round, a.Stats().Snapshots, a.Stats())
+		}
 		r := rows[round%len(rows)]
 		r.ResourceVersion, r.Message = fmt.Sprint(round), fmt.Sprint("round ", round)
 		if err := a.buf.Upsert(t.Context(), r); err != nil {
