@@ -178,6 +178,9 @@ func (d *strDict) intern(s string) uint32 {
 // ref counts one more use of id.
 func (d *strDict) ref(id uint32) { d.refs[id]++ }
 
+// uses returns how many uses of id are counted.
+func (d *strDict) uses(id uint32) int { return int(d.refs[id]) }
+
 // unref counts one use of id less, listing it as a candidate for
 // retirement when that was the last.
 func (d *strDict) unref(id uint32) {
