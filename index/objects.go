@@ -352,7 +352,7 @@ func (w *writeTxn) replaceObjects(cluster string, kind Kind, rows []Object) {
 	stale := map[uint32]struct{}{}
 	if cid, ok := x.clusters.lookup(cluster); ok && int(cid) < len(x.byCluster) && x.byCluster[cid] != nil {
 		for _, kid := range x.kinds.kidsOfGK[groupKindName{Group: kind.Group, Kind: kind.Kind}] {
-			x.byCluster[cid].byKind[kid].each(func(rid uint32) bool {
+			x.byCluster[cid].eachOfKind(kid, func(rid uint32) bool {
 				stale[rid] = struct{}{}
 				return true
 			})

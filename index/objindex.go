@@ -62,10 +62,13 @@ type objIndex struct {
 
 // clusterAgg indexes the rows of one cluster.
 type clusterAgg struct {
-	rows   postings
-	cells  cells
-	nss    map[uint32]*nsAgg
-	byKind map[uint32]*postings // by kid
+	rows  postings
+	cells cells
+	nss   map[uint32]*nsAgg
+	// byCell holds the cluster's rows by cellKey(kind, status), so that a
+	// viewer's rows of a kind and status in the clusters it may see are a
+	// few short lists rather than the fleet-wide list's rows, each checked.
+	byCell map[uint32]*postings
 	// shape changes (to the next x.shapes, so no two shapes of any
 	// cluster are equal) whenever a row comes, goes or changes kind: the
 	// rows per namespace and per kind stay as they are between changes,
@@ -153,7 +156,7 @@ func (x *objIndex) insertRow(r *objRow) {
 	ca := x.cluster(r.cid)
 	x.reshape(ca)
 	ca.rows.add(r.rid, x.maxRows())
-	x.byKindOf(ca, r.kind.kid).add(r.rid, x.maxRows())
+	x.byCellOf(ca, cellKey(r.kind.kid, r.status)).add(r.rid, x.maxRows())
 	x.namespaces.ref(r.nsid)
 	x.kinds.ref(r.kind)
 	na := ca.nss[r.nsid]
@@ -172,11 +175,7 @@ func (x *objIndex) remove(r *objRow) {
 	ca := x.byCluster[r.cid]
 	x.reshape(ca)
 	ca.rows.remove(r.rid)
-	kp := ca.byKind[r.kind.kid]
-	kp.remove(r.rid)
-	if kp.len() == 0 {
-		delete(ca.byKind, r.kind.kid)
-	}
+	x.leaveCell(ca, r)
 	na := ca.nss[r.nsid]
 	na.rows.remove(r.rid)
 	x.addCounts(r, ca, na, -1)
@@ -212,14 +211,11 @@ func (x *objIndex) updateRow(old, r *objRow) {
 	ca := x.byCluster[r.cid]
 	if old.kind.kid != r.kind.kid {
 		x.reshape(ca)
-		x.byKindOf(ca, old.kind.kid).remove(r.rid)
-		if ca.byKind[old.kind.kid].len() == 0 {
-			delete(ca.byKind, old.kind.kid)
-		}
-		x.byKindOf(ca, r.kind.kid).add(r.rid, x.maxRows())
 		x.widenKindNames(r.kind.kid, x.pfx[r.rid])
 	}
 	if old.status != r.status || old.kind.kid != r.kind.kid {
+		x.leaveCell(ca, old)
+		x.byCellOf(ca, cellKey(r.kind.kid, r.status)).add(r.rid, x.maxRows())
 		na := ca.nss[r.nsid]
 		x.addCounts(old, ca, na, -1)
 		x.addCounts(r, ca, na, 1)
@@ -265,15 +261,36 @@ func (x *objIndex) kindNamesOf(kid uint32) pfxRange {
 	return pfxRange{}
 }
 
-// byKindOf returns the postings of one kind in one cluster, made empty
-// when missing.
-func (x *objIndex) byKindOf(ca *clusterAgg, kid uint32) *postings {
-	kp := ca.byKind[kid]
+// byCellOf returns the postings of one (kind, status) cell in one
+// cluster, made empty when missing.
+func (x *objIndex) byCellOf(ca *clusterAgg, key uint32) *postings {
+	kp := ca.byCell[key]
 	if kp == nil {
 		kp = &postings{}
-		ca.byKind[kid] = kp
+		ca.byCell[key] = kp
 	}
 	return kp
+}
+
+// leaveCell removes r from its (kind, status) cell's postings in ca.
+func (x *objIndex) leaveCell(ca *clusterAgg, r *objRow) {
+	key := cellKey(r.kind.kid, r.status)
+	kp := ca.byCell[key]
+	kp.remove(r.rid)
+	if kp.len() == 0 {
+		delete(ca.byCell, key)
+	}
+}
+
+// eachOfKind calls fn for every row of kind kid in ca until fn returns
+// false; it reports whether it ran to the end.
+func (ca *clusterAgg) eachOfKind(kid uint32, fn func(rid uint32) bool) bool {
+	for st := range Statuses {
+		if !ca.byCell[cellKey(kid, uint8(st))].each(fn) {
+			return false
+		}
+	}
+	return true
 }
 
 // updateLabels indexes the labels of r, which replaced old (nil for a new
@@ -297,7 +314,7 @@ func (x *objIndex) cluster(cid uint32) *clusterAgg {
 	}
 	ca := x.byCluster[cid]
 	if ca == nil {
-		ca = &clusterAgg{nss: map[uint32]*nsAgg{}, byKind: map[uint32]*postings{}}
+		ca = &clusterAgg{nss: map[uint32]*nsAgg{}, byCell: map[uint32]*postings{}}
 		x.byCluster[cid] = ca
 	}
 	return ca

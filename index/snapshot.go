@@ -110,8 +110,8 @@ func (w *writeTxn) retireKinds(cluster string, keep map[groupKindName]bool) {
 	}
 	x := w.s.x
 	if cid, ok := x.clusters.lookup(cluster); ok && int(cid) < len(x.byCluster) && x.byCluster[cid] != nil {
-		for kid, rows := range x.byCluster[cid].byKind {
-			if gk := x.kinds.byKid[kid]; rows.len() > 0 && !keep[gk] {
+		for key, rows := range x.byCluster[cid].byCell {
+			if gk := x.kinds.byKid[key>>3]; rows.len() > 0 && !keep[gk] {
 				gone[gk] = true
 			}
 		}
