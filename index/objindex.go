@@ -13,7 +13,8 @@ import "slices"
 //
 //   - a map from key to a dense row id, and the rows by id;
 //   - posting lists of small row ids per (kind, status), cluster,
-//     (cluster, namespace), label key=value (in labelDict) and label key;
+//     (cluster, kind, status), (cluster, namespace), label key=value (in
+//     labelDict) and label key;
 //   - sorted runs of rows in (name, key) order for name-ordered pages
 //     (nameOrder), and each row's name prefix by row id, so that sorting a
 //     source by name rarely loads a row;
