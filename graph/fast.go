@@ -95,8 +95,8 @@ func (f *fastPath) middleware() graphql.RootFieldMiddleware {
 		if !ok {
 			return next(ctx)
 		}
-		total := selectsTotal(opCtx, rfc.Field.Selections)
-		page, err := f.svc.queryObjects(ctx, args.Filter, args.OrderBy, args.First, args.After, total)
+		total, edgeCursors := selectsTotal(opCtx, rfc.Field.Selections), selectsEdgeCursor(opCtx, rfc.Field.Selections)
+		page, err := f.svc.queryObjects(ctx, args.Filter, args.OrderBy, args.First, args.After, total, edgeCursors)
 		if err != nil {
 			return next(ctx)
 		}

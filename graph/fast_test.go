@@ -216,6 +216,43 @@ func TestObjectsFastPathStepsAsideForFieldMiddleware(t *testing.T) {
 	}
 }
 
+// objectsSelection parses query and returns its operation and the
+// selection of its first field, Query.objects.
+func objectsSelection(t *testing.T, query string, vars map[string]any) (*graphql.OperationContext, ast.SelectionSet) {
+	t.Helper()
+	doc, err := parser.ParseQuery(&ast.Source{Input: query})
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return &graphql.OperationContext{Doc: doc, Variables: vars}, doc.Operations[0].SelectionSet[0].(*ast.Field).SelectionSet
+}
+
+// TestSelectsEdgeCursor checks which Query.objects selections make the
+// index encode every edge's cursor (index.Query.NoEdgeCursors unset):
+// those that select edges' cursor, however they are spelled; pageInfo's
+// cursors are the first and last edges', which the index always encodes.
+func TestSelectsEdgeCursor(t *testing.T) {
+	for _, tc := range []struct {
+		query string
+		vars  map[string]any
+		want  bool
+	}{
+		{`{ objects { edges { node { name } } pageInfo { startCursor endCursor } totalCount } }`, nil, false},
+		{`{ objects { cursor: totalCount edges { node { cursor: name } } } }`, nil, false},
+		{`{ objects { edges { cursor node { name } } } }`, nil, true},
+		{`{ objects { edges { c: cursor } } }`, nil, true},
+		{`{ objects { ...C } } fragment C on ObjectConnection { edges { ...E } } fragment E on ObjectEdge { cursor }`, nil, true},
+		{`{ objects { edges { ... on ObjectEdge { cursor } } } }`, nil, true},
+		{`{ objects { e: edges { node { name } } edges { cursor } } }`, nil, true},
+		{`query($s: Boolean!) { objects { edges { cursor @skip(if: $s) node { name } } } }`, map[string]any{"s": true}, false},
+		{`query($s: Boolean!) { objects { edges { cursor @skip(if: $s) node { name } } } }`, map[string]any{"s": false}, true},
+	} {
+		if got := selectsEdgeCursor(objectsSelection(t, tc.query, tc.vars)); got != tc.want {
+			t.Errorf("%s %v: selectsEdgeCursor = %v, want %v", tc.query, tc.vars, got, tc.want)
+		}
+	}
+}
+
 // TestSelectsTotal checks which Query.objects selections make the index
 // count the matches (index.Query.NoTotal unset): those that select
 // totalCount or staleClusters, however they are spelled.
@@ -235,13 +272,7 @@ func TestSelectsTotal(t *testing.T) {
 		{`query($s: Boolean!) { objects { totalCount @skip(if: $s) edges { cursor } } }`, map[string]any{"s": true}, false},
 		{`query($s: Boolean!) { objects { totalCount @skip(if: $s) edges { cursor } } }`, map[string]any{"s": false}, true},
 	} {
-		doc, err := parser.ParseQuery(&ast.Source{Input: tc.query})
-		if err != nil {
-			t.Fatalf("%s: %v", tc.query, err)
-		}
-		op := &graphql.OperationContext{Doc: doc, Variables: tc.vars}
-		field := doc.Operations[0].SelectionSet[0].(*ast.Field)
-		if got := selectsTotal(op, field.SelectionSet); got != tc.want {
+		if got := selectsTotal(objectsSelection(t, tc.query, tc.vars)); got != tc.want {
 			t.Errorf("%s %v: selectsTotal = %v, want %v", tc.query, tc.vars, got, tc.want)
 		}
 	}

@@ -88,8 +88,10 @@ func (p *objectsPage) hasNextPage() bool {
 // through the viewer's access before pagination and counting. The index
 // counts the matches and lists the stale clusters only when total is set
 // (see selectsTotal): otherwise totalCount and staleClusters are not in
-// the answer, and counting can cost more than the page.
-func (s *service) queryObjects(ctx context.Context, filter *model.ObjectFilter, orderBy *model.ObjectOrder, first *int, after *string, total bool) (*objectsPage, error) {
+// the answer, and counting can cost more than the page. It encodes every
+// edge's cursor only when edgeCursors is set (see selectsEdgeCursor);
+// otherwise the first and last, which pageInfo shows.
+func (s *service) queryObjects(ctx context.Context, filter *model.ObjectFilter, orderBy *model.ObjectOrder, first *int, after *string, total, edgeCursors bool) (*objectsPage, error) {
 	v, err := viewerFrom(ctx)
 	if err != nil {
 		return nil, err
@@ -110,7 +112,7 @@ func (s *service) queryObjects(ctx context.Context, filter *model.ObjectFilter, 
 		return nil, err
 	}
 	defer release()
-	q := index.Query{Filter: f, Order: toOrder(orderBy), First: max(n, 1), Access: s.access(v), NoTotal: !total}
+	q := index.Query{Filter: f, Order: toOrder(orderBy), First: max(n, 1), Access: s.access(v), NoTotal: !total, NoEdgeCursors: !edgeCursors}
 	if after != nil {
 		q.After = *after
 	}
@@ -133,14 +135,32 @@ func selectsTotal(op *graphql.OperationContext, sel ast.SelectionSet) bool {
 	return false
 }
 
+// selectsEdgeCursor reports whether a selection of an ObjectConnection
+// asks for the cursor of its edges (aliases, fragments and @skip/@include
+// applied).
+func selectsEdgeCursor(op *graphql.OperationContext, sel ast.SelectionSet) bool {
+	for _, c := range graphql.CollectFields(op, sel, []string{"ObjectConnection"}) {
+		if c.Name != "edges" {
+			continue
+		}
+		for _, e := range graphql.CollectFields(op, c.Selections, []string{"ObjectEdge"}) {
+			if e.Name == "cursor" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // objects answers Query.objects through gqlgen's generated code (the fast
 // path, fast.go, writes the same page directly).
 func (s *service) objects(ctx context.Context, filter *model.ObjectFilter, orderBy *model.ObjectOrder, first *int, after *string) (*model.ObjectConnection, error) {
-	total := true // no field context: answer every field
+	total, edgeCursors := true, true // no field context: answer every field
 	if fc := graphql.GetFieldContext(ctx); fc != nil {
-		total = selectsTotal(graphql.GetOperationContext(ctx), fc.Field.Selections)
+		op := graphql.GetOperationContext(ctx)
+		total, edgeCursors = selectsTotal(op, fc.Field.Selections), selectsEdgeCursor(op, fc.Field.Selections)
 	}
-	p, err := s.queryObjects(ctx, filter, orderBy, first, after, total)
+	p, err := s.queryObjects(ctx, filter, orderBy, first, after, total, edgeCursors)
 	if err != nil {
 		return nil, err
 	}

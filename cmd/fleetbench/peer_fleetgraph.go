@@ -108,7 +108,9 @@ func (p *fleetgraphPeer) get(_ context.Context, k index.Key) (string, error) {
 
 func (p *fleetgraphPeer) query(q pageQuery) index.Query {
 	// NoTotal: no peer counts the matches of a page query (see workloads).
-	iq := index.Query{First: q.first, Access: p.admin, Order: index.Order{Field: index.OrderName}, NoTotal: true}
+	// NoEdgeCursors: no peer encodes a cursor per row; the next page starts
+	// after the last row, whose cursor the page still has.
+	iq := index.Query{First: q.first, Access: p.admin, Order: index.Order{Field: index.OrderName}, NoTotal: true, NoEdgeCursors: true}
 	if q.scope != nil {
 		iq.Access = q.scope.access
 	}

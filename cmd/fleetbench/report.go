@@ -103,7 +103,9 @@ divided by fleetgraph's in-process p50 (peers: postgres_typed, postgres_jsonb, s
 
 What differs, in the peers' favour: fleetgraph_http's pages also compute the total count of
 matches (its query selects totalCount, as a list view does), the peers' and fleetgraph's in
-process do not (index.Query.NoTotal, what the API does when totalCount is not selected); PostgreSQL runs without durability (fsync, synchronous_commit and
+process do not (index.Query.NoTotal, what the API does when totalCount is not selected), and
+fleetgraph in process encodes the cursors of a page's first and last rows only
+(index.Query.NoEdgeCursors, what the API does when edges' cursor is not selected); PostgreSQL runs without durability (fsync, synchronous_commit and
 full_page_writes off); Redis answers Q6 from a per-viewer scope set built once, off the clock.
 fleetgraph in process is index.Store called directly (what a GraphQL resolver calls);
 fleetgraph_http is the same store behind the real GraphQL handler on loopback HTTP, timed to the
