@@ -316,7 +316,15 @@ func (b *buffer) takeFull() fullSnapshot {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ids := slices.SortedFunc(maps.Keys(b.kinds), kindID.compare)
-	var out fullSnapshot
+	n := 0
+	for _, kr := range b.kinds {
+		if kr.synced {
+			n += len(kr.rows)
+		}
+	}
+	// One allocation of the final size: growing by appends copied every
+	// row about twice more, under the lock the collector's events wait on.
+	out := fullSnapshot{rows: make([]index.Object, 0, n)}
 	for _, id := range ids {
 		kr := b.kinds[id]
 		if !kr.synced && kr.err == "" {
