@@ -106,33 +106,39 @@ func (p *plan) kindStatusSource() (source, bool) {
 		return source{}, false
 	}
 	var lists []*postings
-	if p.kids == nil {
-		for k, l := range p.x.kindStatus {
-			if p.cellMatches(k) {
-				lists = append(lists, l)
-			}
-		}
-	} else {
-		// A filter names a few kinds of the many: look up their cells
-		// rather than range over every cell.
-		for kid, in := range p.kids {
-			for st := range uint8(len(Statuses)) {
-				if !in {
-					break
-				}
-				k := cellKey(uint32(kid), st)
-				if l := p.x.kindStatus[k]; l != nil && p.cellMatches(k) {
-					lists = append(lists, l)
-				}
-			}
-		}
-	}
+	p.eachCell(func(_ uint32, l *postings) { lists = append(lists, l) })
 	s := p.x.unionSource(lists)
 	s.exact = p.accessAll && p.clusters == nil && p.nss == nil && p.aggregatable()
 	if len(lists) > 0 {
 		s.orders = orderOf(&p.x.cellOrders, lists)
 	}
 	return s, true
+}
+
+// eachCell calls fn for each fleet-wide (kind, status) cell that has rows
+// and passes the kind and status filters, with its key and posting list.
+func (p *plan) eachCell(fn func(key uint32, l *postings)) {
+	if p.kids == nil {
+		for k, l := range p.x.kindStatus {
+			if p.cellMatches(k) {
+				fn(k, l)
+			}
+		}
+		return
+	}
+	// A filter names a few kinds of the many: look up their cells rather
+	// than range over every cell.
+	for kid, in := range p.kids {
+		for st := range uint8(len(Statuses)) {
+			if !in {
+				break
+			}
+			k := cellKey(uint32(kid), st)
+			if l := p.x.kindStatus[k]; l != nil && p.cellMatches(k) {
+				fn(k, l)
+			}
+		}
+	}
 }
 
 // accessCellSource is the union, over the clusters a restricted viewer may
@@ -147,11 +153,7 @@ func (p *plan) accessCellSource(limit int) (source, bool) {
 	}
 	x := p.x
 	var keys []uint32
-	for k := range x.kindStatus {
-		if p.cellMatches(k) {
-			keys = append(keys, k)
-		}
-	}
+	p.eachCell(func(k uint32, _ *postings) { keys = append(keys, k) })
 	var lists []*postings
 	est := 0
 	for name, ca := range p.access.Clusters {
