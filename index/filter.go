@@ -88,10 +88,7 @@ func (x *objIndex) compile(txn tables.Txn, f *Filter, a *Access) (*plan, error) 
 		p.kids = make([]bool, len(x.kinds.byKid))
 		any := false
 		for _, term := range f.Kinds {
-			for kid := range x.kinds.matchKind(term) {
-				p.kids[kid] = true
-				any = true
-			}
+			any = x.kinds.markKinds(term, p.kids) || any
 		}
 		p.empty = p.empty || !any
 	}
@@ -187,23 +184,21 @@ func idSet(d *strDict, values []string, empty *bool) map[uint32]bool {
 	return out
 }
 
-// matchKind yields the kids matching one kinds filter term.
-func (d *kindDict) matchKind(term string) func(func(uint32) bool) {
+// markKinds sets kids[kid] for each kid matching one kinds filter term,
+// and reports whether one did. A query compiles its kinds filter with it
+// (no set or iterator to allocate: kids is the plan's).
+func (d *kindDict) markKinds(term string, kids []bool) bool {
 	name, group, qualified := strings.Cut(term, ".")
-	return func(yield func(uint32) bool) {
-		seen := map[uint32]bool{}
-		for _, ki := range d.infos {
-			if seen[ki.kid] || (qualified && ki.Group != group) {
-				continue
-			}
-			if strings.EqualFold(ki.Kind.Kind, name) || strings.EqualFold(ki.Resource, name) {
-				seen[ki.kid] = true
-				if !yield(ki.kid) {
-					return
-				}
-			}
+	found := false
+	for _, ki := range d.infos {
+		if qualified && ki.Group != group {
+			continue
+		}
+		if strings.EqualFold(ki.Kind.Kind, name) || strings.EqualFold(ki.Resource, name) {
+			kids[ki.kid], found = true, true
 		}
 	}
+	return found
 }
 
 // aggregatable reports whether the filter uses only the dimensions of the

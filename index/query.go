@@ -485,6 +485,7 @@ func (p *plan) count(src source) (int, error) {
 // writers may have changed the orders meanwhile.
 func (p *plan) walk(src source, o Order, after *sortKey, first, budget int) (rows []*objRow, more, ok bool, err error) {
 	x := p.x
+	rows = make([]*objRow, 0, max(0, min(first+1, src.est)))
 	for {
 		var pivot *nameSeek
 		if after != nil {
