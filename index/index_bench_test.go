@@ -191,7 +191,8 @@ func BenchmarkQueryKindPage(b *testing.B) {
 // BenchmarkQueryPage is what fleetbench compare's in-process pages cost:
 // the pages of Q3 (kind and status), Q4 (a label), Q2 (one kind in one
 // namespace) and a restricted viewer's kind page, without the total count
-// (Query.NoTotal), as the peers answer them.
+// (Query.NoTotal) and with the cursors of the first and last edges only
+// (Query.NoEdgeCursors), as compare asks for them.
 func BenchmarkQueryPage(b *testing.B) {
 	s := benchStore()
 	f := indextest.Fleet{Clusters: 10, Namespaces: 1000, PerNamespace: 10, Seed: 1}
@@ -208,7 +209,7 @@ func BenchmarkQueryPage(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			q := bc.q
-			q.NoTotal = true
+			q.NoTotal, q.NoEdgeCursors = true, true
 			b.ReportAllocs()
 			for b.Loop() {
 				p, err := s.Query(context.Background(), q)
