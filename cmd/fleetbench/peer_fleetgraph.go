@@ -132,38 +132,56 @@ func (p *fleetgraphPeer) query(q pageQuery) index.Query {
 	return iq
 }
 
-func (p *fleetgraphPeer) page(ctx context.Context, q pageQuery) ([]string, error) {
+func (p *fleetgraphPeer) page(ctx context.Context, q pageQuery) (pageAnswer, error) {
 	pg, err := p.s.Query(ctx, p.query(q))
 	if err != nil {
 		return nil, err
 	}
-	out := make([]string, len(pg.Edges))
-	for i, e := range pg.Edges {
-		o := e.Object
-		out[i] = keyString(o.Cluster, o.Group, o.Kind, o.Namespace, o.Name)
-	}
-	return out, nil
+	return rows[index.Edge]{list: pg.Edges, key: edgeKey}, nil
 }
 
-func (p *fleetgraphPeer) facets(ctx context.Context) (facetCounts, error) {
+func edgeKey(e *index.Edge) string {
+	o := e.Object
+	return keyString(o.Cluster, o.Group, o.Kind, o.Namespace, o.Name)
+}
+
+func (p *fleetgraphPeer) facets(ctx context.Context) (facetAnswer, error) {
 	fc, err := p.s.Facets(ctx, index.Filter{}, p.admin)
 	if err != nil {
 		return nil, err
 	}
-	out := facetCounts{}
-	add := func(dim string, l []index.FacetCount) {
+	return facetLists{fc.Statuses, fc.Kinds, fc.Clusters, fc.Namespaces}, nil
+}
+
+// facetLists is a facetAnswer of fleetgraph's facet lists, in the order
+// of facetDims: status, kind, cluster, namespace.
+type facetLists [4][]index.FacetCount
+
+var facetDims = [4]string{"status", "kind", "cluster", "namespace"}
+
+func (f facetLists) len() int {
+	n := 0
+	for _, l := range f {
 		for _, c := range l {
 			if c.Count > 0 {
-				v, _, _ := strings.Cut(c.Value, ".") // "Kind.group": the fleet's kind names are unique
-				out[dim+"/"+v] = c.Count
+				n++
 			}
 		}
 	}
-	add("status", fc.Statuses)
-	add("kind", fc.Kinds)
-	add("cluster", fc.Clusters)
-	add("namespace", fc.Namespaces)
-	return out, nil
+	return n
+}
+
+func (f facetLists) counts() facetCounts {
+	out := facetCounts{}
+	for d, l := range f {
+		for _, c := range l {
+			if c.Count > 0 {
+				v, _, _ := strings.Cut(c.Value, ".") // "Kind.group": the fleet's kind names are unique
+				out[facetDims[d]+"/"+v] = c.Count
+			}
+		}
+	}
+	return out
 }
 
 func (p *fleetgraphPeer) update(ctx context.Context, objs []index.Object) error {
@@ -282,9 +300,11 @@ type gqlNode struct {
 type gqlObjects struct {
 	Objects struct {
 		TotalCount int
-		Edges      []struct{ Node gqlNode }
+		Edges      []gqlEdge
 	}
 }
+
+type gqlEdge struct{ Node gqlNode }
 
 func (h *fleetgraphHTTP) filter(q pageQuery) map[string]any {
 	f := map[string]any{}
@@ -320,7 +340,7 @@ func (h *fleetgraphHTTP) get(ctx context.Context, k index.Key) (string, error) {
 	return "", nil
 }
 
-func (h *fleetgraphHTTP) page(ctx context.Context, q pageQuery) ([]string, error) {
+func (h *fleetgraphHTTP) page(ctx context.Context, q pageQuery) (pageAnswer, error) {
 	token := h.tokens[""]
 	if q.scope != nil {
 		token = h.tokens[q.scope.id]
@@ -329,37 +349,19 @@ func (h *fleetgraphHTTP) page(ctx context.Context, q pageQuery) ([]string, error
 	if err := h.post(ctx, token, gqlPage, map[string]any{"f": h.filter(q), "n": q.first}, &r); err != nil {
 		return nil, err
 	}
-	out := make([]string, len(r.Objects.Edges))
-	for i, e := range r.Objects.Edges {
-		n := e.Node
-		out[i] = keyString(n.Cluster, n.Group, n.Kind, n.Namespace, n.Name)
-	}
-	return out, nil
+	return rows[gqlEdge]{list: r.Objects.Edges, key: func(e *gqlEdge) string {
+		n := &e.Node
+		return keyString(n.Cluster, n.Group, n.Kind, n.Namespace, n.Name)
+	}}, nil
 }
 
-func (h *fleetgraphHTTP) facets(ctx context.Context) (facetCounts, error) {
-	type count struct {
-		Value string
-		Count int
-	}
-	var r struct {
-		Facets struct {
-			Statuses, Kinds, Clusters, Namespaces []count
-		}
-	}
+func (h *fleetgraphHTTP) facets(ctx context.Context) (facetAnswer, error) {
+	var r struct{ Facets index.Facets }
 	if err := h.post(ctx, h.tokens[""], gqlFacets, nil, &r); err != nil {
 		return nil, err
 	}
-	out := facetCounts{}
-	for dim, l := range map[string][]count{"status": r.Facets.Statuses, "kind": r.Facets.Kinds, "cluster": r.Facets.Clusters, "namespace": r.Facets.Namespaces} {
-		for _, c := range l {
-			if c.Count > 0 {
-				v, _, _ := strings.Cut(c.Value, ".")
-				out[dim+"/"+v] = c.Count
-			}
-		}
-	}
-	return out, nil
+	f := r.Facets
+	return facetLists{f.Statuses, f.Kinds, f.Clusters, f.Namespaces}, nil
 }
 
 // loadPolicy gives each scope's viewer its access the way a cluster would:

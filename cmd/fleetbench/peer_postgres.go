@@ -326,28 +326,40 @@ func (p *postgresPeer) size(ctx context.Context) (int64, string, error) {
 
 // rowKeys reads the rows of a page (every column, as a client would) and
 // returns their keys.
-func (p *postgresPeer) rowKeys(rows pgx.Rows) ([]string, error) {
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		if p.jsonb {
-			var uid, cluster string
-			var doc jsonDoc
-			if err := rows.Scan(&uid, &cluster, &doc); err != nil {
-				return nil, err
-			}
-			out = append(out, keyString(cluster, doc.APIGroup, doc.Kind, doc.Namespace, doc.Name))
-			continue
-		}
-		var cluster, grp, kind, ns, name, uid, status, msg, rv string
-		var labels []string
-		var created time.Time
-		if err := rows.Scan(&cluster, &grp, &kind, &ns, &name, &uid, &status, &msg, &labels, &created, &rv); err != nil {
-			return nil, err
-		}
-		out = append(out, keyString(cluster, grp, kind, ns, name))
+// pgRow is a typed row as the client holds it, every column a page
+// shows; a JSONB row keeps its decoded document.
+type pgRow struct {
+	cluster, grp, kind, ns, name, uid, status, msg, rv string
+	labels                                             []string
+	created                                            time.Time
+	doc                                                jsonDoc
+}
+
+func pgRowKey(r *pgRow) string {
+	if r.doc.Kind != "" {
+		return keyString(r.cluster, r.doc.APIGroup, r.doc.Kind, r.doc.Namespace, r.doc.Name)
 	}
-	return out, rows.Err()
+	return keyString(r.cluster, r.grp, r.kind, r.ns, r.name)
+}
+
+// scanRows reads a page's rows.
+func (p *postgresPeer) scanRows(rs pgx.Rows) (rows[pgRow], error) {
+	defer rs.Close()
+	out := rows[pgRow]{key: pgRowKey}
+	for rs.Next() {
+		var r pgRow
+		var err error
+		if p.jsonb {
+			err = rs.Scan(&r.uid, &r.cluster, &r.doc)
+		} else {
+			err = rs.Scan(&r.cluster, &r.grp, &r.kind, &r.ns, &r.name, &r.uid, &r.status, &r.msg, &r.labels, &r.created, &r.rv)
+		}
+		if err != nil {
+			return out, err
+		}
+		out.list = append(out.list, r)
+	}
+	return out, rs.Err()
 }
 
 func (p *postgresPeer) get(ctx context.Context, k index.Key) (string, error) {
@@ -361,14 +373,14 @@ func (p *postgresPeer) get(ctx context.Context, k index.Key) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	keys, err := p.rowKeys(rows)
-	if err != nil || len(keys) == 0 {
+	got, err := p.scanRows(rows)
+	if err != nil || got.len() == 0 {
 		return "", err
 	}
-	return keys[0], nil
+	return pgRowKey(&got.list[0]), nil
 }
 
-func (p *postgresPeer) page(ctx context.Context, q pageQuery) ([]string, error) {
+func (p *postgresPeer) page(ctx context.Context, q pageQuery) (pageAnswer, error) {
 	var rows pgx.Rows
 	var err error
 	switch {
@@ -392,27 +404,15 @@ func (p *postgresPeer) page(ctx context.Context, q pageQuery) ([]string, error) 
 	if err != nil {
 		return nil, err
 	}
-	return p.rowKeys(rows)
+	return p.scanRows(rows)
 }
 
-func (p *postgresPeer) facets(ctx context.Context) (facetCounts, error) {
-	rows, err := p.conn.Query(ctx, p.sql.q5)
+func (p *postgresPeer) facets(ctx context.Context) (facetAnswer, error) {
+	rs, err := p.conn.Query(ctx, p.sql.q5)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	out := facetCounts{}
-	for rows.Next() {
-		var k string
-		var n int
-		if err := rows.Scan(&k, &n); err != nil {
-			return nil, err
-		}
-		if n > 0 {
-			out[k] = n
-		}
-	}
-	return out, rows.Err()
+	return scanFacets(rs)
 }
 
 // update applies a batch as one UPDATE joined to the batch's rows

@@ -264,7 +264,7 @@ func (p *redisPeer) get(ctx context.Context, k index.Key) (string, error) {
 	return hashKey(v)
 }
 
-func (p *redisPeer) page(ctx context.Context, q pageQuery) ([]string, error) {
+func (p *redisPeer) page(ctx context.Context, q pageQuery) (pageAnswer, error) {
 	keys := []string{"tmp:page", "z:name"}
 	switch {
 	case q.cluster != "":
@@ -281,48 +281,96 @@ func (p *redisPeer) page(ctx context.Context, q pageQuery) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]string, len(v))
+	out := rows[[]any]{list: make([][]any, len(v)), key: func(h *[]any) string {
+		k, _ := hashKey(*h) // checked below
+		return k
+	}}
 	for i, h := range v {
-		if out[i], err = hashKey(h); err != nil {
-			return nil, err
+		l, ok := h.([]any)
+		if !ok || len(l)%2 != 0 {
+			return nil, fmt.Errorf("unexpected reply %T", h)
 		}
+		out.list[i] = l
 	}
 	return out, nil
 }
 
-func (p *redisPeer) facets(ctx context.Context) (facetCounts, error) {
-	type dim struct{ facet, facet2, a, b string }
+func (p *redisPeer) facets(ctx context.Context) (facetAnswer, error) {
 	var keys []string
-	var dims []dim
 	for _, k := range p.kinds {
 		for _, st := range index.Statuses {
 			keys = append(keys, "s:ks:"+k+"/"+string(st))
-			dims = append(dims, dim{"kind/" + k, "status/" + string(st), "", ""})
 		}
 	}
 	for c := range p.fleet.Clusters {
 		keys = append(keys, "s:c:"+indextest.ClusterName(c))
-		dims = append(dims, dim{"cluster/" + indextest.ClusterName(c), "", "", ""})
 	}
 	for n := range p.fleet.Namespaces {
 		keys = append(keys, "s:n:"+indextest.NamespaceName(n))
-		dims = append(dims, dim{"namespace/" + indextest.NamespaceName(n), "", "", ""})
 	}
 	v, err := redisCount.EvalSha(ctx, p.rdb, keys).Int64Slice()
 	if err != nil {
 		return nil, err
 	}
-	out := facetCounts{}
-	for i, n := range v {
-		if n == 0 {
-			continue
-		}
-		out[dims[i].facet] += int(n)
-		if dims[i].facet2 != "" {
-			out[dims[i].facet2] += int(n)
+	if len(v) != len(keys) {
+		return nil, fmt.Errorf("%d counts for %d sets", len(v), len(keys))
+	}
+	return redisFacets{v: v, kinds: p.kinds, clusters: p.fleet.Clusters}, nil
+}
+
+// redisFacets is the script's counts, one per set asked for: kind x
+// status, then each cluster, then each namespace.
+type redisFacets struct {
+	v        []int64
+	kinds    []string
+	clusters int
+}
+
+// sums adds the kind x status counts up by kind and by status.
+func (f redisFacets) sums() (byKind, byStatus []int64, rest []int64) {
+	byKind, byStatus = make([]int64, len(f.kinds)), make([]int64, len(index.Statuses))
+	for i, n := range f.v[:len(f.kinds)*len(index.Statuses)] {
+		byKind[i/len(index.Statuses)] += n
+		byStatus[i%len(index.Statuses)] += n
+	}
+	return byKind, byStatus, f.v[len(f.kinds)*len(index.Statuses):]
+}
+
+func (f redisFacets) len() int {
+	byKind, byStatus, rest := f.sums()
+	n := 0
+	for _, l := range [][]int64{byKind, byStatus, rest} {
+		for _, c := range l {
+			if c > 0 {
+				n++
+			}
 		}
 	}
-	return out, nil
+	return n
+}
+
+func (f redisFacets) counts() facetCounts {
+	byKind, byStatus, rest := f.sums()
+	out := facetCounts{}
+	add := func(key string, n int64) {
+		if n > 0 {
+			out[key] = int(n)
+		}
+	}
+	for i, k := range f.kinds {
+		add("kind/"+k, byKind[i])
+	}
+	for i, st := range index.Statuses {
+		add("status/"+string(st), byStatus[i])
+	}
+	for i, n := range rest {
+		if i < f.clusters {
+			add("cluster/"+indextest.ClusterName(i), n)
+		} else {
+			add("namespace/"+indextest.NamespaceName(i-f.clusters), n)
+		}
+	}
+	return out
 }
 
 func (p *redisPeer) update(ctx context.Context, objs []index.Object) error {

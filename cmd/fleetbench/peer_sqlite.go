@@ -209,37 +209,46 @@ func (p *sqlitePeer) size(ctx context.Context) (int64, string, error) {
 	return n, "database file plus WAL after a checkpoint", nil
 }
 
-func (p *sqlitePeer) query(ctx context.Context, name string, args ...any) ([]string, error) {
+// sqliteRow is a row as the client holds it, every column a page shows.
+type sqliteRow struct {
+	cluster, grp, kind, ns, name, uid, status, msg, labels, rv string
+	created                                                    int64
+}
+
+func sqliteRowKey(r *sqliteRow) string {
+	return keyString(r.cluster, r.grp, r.kind, r.ns, r.name)
+}
+
+func (p *sqlitePeer) query(ctx context.Context, name string, args ...any) (rows[sqliteRow], error) {
+	out := rows[sqliteRow]{key: sqliteRowKey}
 	s, err := p.stmt(ctx, name)
 	if err != nil {
-		return nil, err
+		return out, err
 	}
-	rows, err := s.QueryContext(ctx, args...)
+	rs, err := s.QueryContext(ctx, args...)
 	if err != nil {
-		return nil, err
+		return out, err
 	}
-	defer func() { _ = rows.Close() }()
-	var out []string
-	for rows.Next() {
-		var cluster, grp, kind, ns, name, uid, status, msg, labels, rv string
-		var created int64
-		if err := rows.Scan(&cluster, &grp, &kind, &ns, &name, &uid, &status, &msg, &labels, &created, &rv); err != nil {
-			return nil, err
+	defer func() { _ = rs.Close() }()
+	for rs.Next() {
+		var r sqliteRow
+		if err := rs.Scan(&r.cluster, &r.grp, &r.kind, &r.ns, &r.name, &r.uid, &r.status, &r.msg, &r.labels, &r.created, &r.rv); err != nil {
+			return out, err
 		}
-		out = append(out, keyString(cluster, grp, kind, ns, name))
+		out.list = append(out.list, r)
 	}
-	return out, rows.Err()
+	return out, rs.Err()
 }
 
 func (p *sqlitePeer) get(ctx context.Context, k index.Key) (string, error) {
-	keys, err := p.query(ctx, "get", k.Cluster, k.Group, k.Kind, k.Namespace, k.Name)
-	if err != nil || len(keys) == 0 {
+	got, err := p.query(ctx, "get", k.Cluster, k.Group, k.Kind, k.Namespace, k.Name)
+	if err != nil || got.len() == 0 {
 		return "", err
 	}
-	return keys[0], nil
+	return sqliteRowKey(&got.list[0]), nil
 }
 
-func (p *sqlitePeer) page(ctx context.Context, q pageQuery) ([]string, error) {
+func (p *sqlitePeer) page(ctx context.Context, q pageQuery) (pageAnswer, error) {
 	switch {
 	case q.cluster != "":
 		return p.query(ctx, "q2", q.cluster, q.namespace, q.kind, q.first)
@@ -264,27 +273,22 @@ func (p *sqlitePeer) page(ctx context.Context, q pageQuery) ([]string, error) {
 	}
 }
 
-func (p *sqlitePeer) facets(ctx context.Context) (facetCounts, error) {
+func (p *sqlitePeer) facets(ctx context.Context) (facetAnswer, error) {
 	s, err := p.stmt(ctx, "q5")
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.QueryContext(ctx)
+	rs, err := s.QueryContext(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = rows.Close() }()
-	out := facetCounts{}
-	for rows.Next() {
-		var k string
-		var n int
-		if err := rows.Scan(&k, &n); err != nil {
-			return nil, err
-		}
-		out[k] = n
-	}
-	return out, rows.Err()
+	return scanFacets(sqlRows{rs})
 }
+
+// sqlRows gives *sql.Rows pgx's Close, for scanFacets.
+type sqlRows struct{ *sql.Rows }
+
+func (r sqlRows) Close() { _ = r.Rows.Close() }
 
 // update applies a batch in one transaction; labels are rewritten, as a
 // cache that stores each object's labels in rows does.
