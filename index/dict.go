@@ -532,7 +532,14 @@ func (d *labelDict) unused(pid uint32) {
 // left unused. It returns how many ids it retired.
 func (d *labelDict) recycle(seq, epoch, feedFirst, oldestRead uint64) int {
 	if len(d.rc.retired) > 0 {
-		d.rc.reclaim(feedFirst, oldestRead, d.reclaimPair)
+		stale := false
+		d.rc.reclaim(feedFirst, oldestRead, func(pid uint32) {
+			stale = stale || d.maps.holds(pid)
+			d.reclaimPair(pid)
+		})
+		if stale {
+			d.maps.reset() // a kept set with the pair would name other labels once it is reused
+		}
 	}
 	// No event refers to a key or value but through a pair, which is
 	// free by now: only paused reads may hold them.
@@ -569,7 +576,6 @@ func (d *labelDict) lookup(key, value string) (uint32, bool) {
 
 // reclaimPair frees pair pid, which counted as a use of its key and value.
 func (d *labelDict) reclaimPair(pid uint32) {
-	d.maps.reset() // a set with pid would name other labels once pid is reused
 	p := d.pairs.at(pid)
 	d.keys.unref(p.kid)
 	d.values.unref(p.vid)

@@ -3,6 +3,7 @@ package index_test
 import (
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -218,6 +219,60 @@ func BenchmarkQueryPage(b *testing.B) {
 				}
 				if len(p.Edges) == 0 {
 					b.Fatal("no edges")
+				}
+				benchSink = p
+			}
+		})
+	}
+}
+
+// BenchmarkQueryPageChurn reads a page of 100 pods after every commit of a
+// writer that churns a label value, with a replay buffer small enough that
+// every commit reclaims the pair ids of an earlier one (as a full feed
+// does under steady churn). The churned row is another kind's ("elsewhere")
+// or a pod of the page ("in-page"). Only the queries are timed and
+// counted: the commit runs with the timer stopped.
+func BenchmarkQueryPageChurn(b *testing.B) {
+	f := indextest.Fleet{Clusters: 2, Namespaces: 100, PerNamespace: 10, Seed: 1}
+	q := index.Query{Filter: index.Filter{Kinds: []string{"Pod"}}, First: 100, NoTotal: true, Access: &index.Access{All: true}}
+	for _, bc := range []struct {
+		name string
+		kind index.Kind
+	}{
+		{"elsewhere", indextest.Kinds[1]},
+		{"in-page", indextest.Kinds[0]},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			ctx := context.Background()
+			s := index.New(memtables.Open, index.WithReplayBuffer(16))
+			if err := f.Each(1000, func(rows []index.Object) error { return s.UpsertBatch(ctx, rows) }); err != nil {
+				b.Fatal(err)
+			}
+			churn := f.Object(0)
+			churn.Group, churn.Version, churn.Kind, churn.Resource = bc.kind.Group, bc.kind.Version, bc.kind.Kind, bc.kind.Resource
+			churn.Name, churn.UID = "a-churn", "churn-uid"
+			rev := 0
+			write := func() {
+				rev++
+				churn.Labels = map[string]string{"app": "churn", "rev": strconv.Itoa(rev)}
+				if err := s.Upsert(ctx, churn); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for range 64 { // fill the feed
+				write()
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				write()
+				b.StartTimer()
+				p, err := s.Query(ctx, q)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(p.Edges) != 100 {
+					b.Fatalf("%d edges, want 100", len(p.Edges))
 				}
 				benchSink = p
 			}

@@ -16,8 +16,11 @@ import "sync"
 // newer, and a full newer generation becomes the older, dropping the
 // older. A key is a slice of its row's string bytes, which it keeps alive
 // until dropped. Pair ids are recycled, so a set's bytes can come to mean
-// other labels: reclaiming a pair drops every map (labelDict.reclaimPair,
-// under the write lock, when no read can hold a row with the pair).
+// other labels: pids marks the pair ids of the sets kept since the last
+// reset, and a commit that reclaims a marked pair drops every map
+// (labelDict.recycle, under the write lock, when no read can hold a row
+// with the pair). Pairs of labels nobody paged lately are reclaimed on
+// nearly every commit under label churn, and drop nothing.
 //
 // Reads hold the Store's read lock and may run at once, so labelMaps has
 // its own mutex, taken twice per page: to look up, then, after building
@@ -25,10 +28,13 @@ import "sync"
 type labelMaps struct {
 	mu       sync.Mutex
 	cur, old map[string]map[string]string
+	// pids has a bit per pair id, set for the ids of the kept sets (and
+	// of sets dropped since the last reset).
+	pids []uint64
 }
 
-// labelMapsGen bounds the label sets of one generation: a few pages of
-// MaxPageSize.
+// labelMapsGen bounds the label sets of one generation (4,000): a few
+// pages of MaxPageSize.
 const labelMapsGen = 4 * MaxPageSize
 
 // fill sets the Labels of objs[i] to the labels of rows[i], from the
@@ -61,6 +67,7 @@ func (c *labelMaps) fill(d *labelDict, objs []Object, rows []*objRow) {
 		if m := c.get(rows[i].labelBytes()); m != nil {
 			objs[i].Labels = m
 		} else {
+			c.mark(rows[i])
 			c.put(rows[i].labelBytes(), objs[i].Labels)
 		}
 	}
@@ -84,14 +91,36 @@ func (c *labelMaps) put(set string, m map[string]string) {
 		c.old, c.cur = c.cur, nil
 	}
 	if c.cur == nil {
-		c.cur = make(map[string]map[string]string, labelMapsGen)
+		// Not sized: a generation dropped by a reset may have grown by a
+		// page or two only.
+		c.cur = map[string]map[string]string{}
 	}
 	c.cur[set] = m
+}
+
+// mark sets the bits of the pair ids of r's labels.
+func (c *labelMaps) mark(r *objRow) {
+	for i := range r.numLabels() {
+		pid := r.label(i)
+		w := int(pid >> 6)
+		if w >= len(c.pids) {
+			c.pids = append(c.pids, make([]uint64, w+1-len(c.pids))...)
+		}
+		c.pids[w] |= 1 << (pid & 63)
+	}
+}
+
+// holds reports whether a kept set may have pair pid, under the write
+// lock.
+func (c *labelMaps) holds(pid uint32) bool {
+	w := int(pid >> 6)
+	return w < len(c.pids) && c.pids[w]&(1<<(pid&63)) != 0
 }
 
 // reset drops every map.
 func (c *labelMaps) reset() {
 	c.mu.Lock()
 	c.cur, c.old = nil, nil
+	clear(c.pids)
 	c.mu.Unlock()
 }

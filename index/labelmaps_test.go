@@ -77,3 +77,27 @@ func TestPageLabelsAfterPairReuse(t *testing.T) {
 		t.Fatalf("label pair id space %d after %d rows of 2 own pairs: the test needs ids reused", n, churn)
 	}
 }
+
+// TestPageLabelsKeptAcrossReclaim churns the labels of a row no page
+// read, so that commits reclaim pair ids nobody paged: the maps pages
+// share survive them.
+func TestPageLabelsKeptAcrossReclaim(t *testing.T) {
+	const churn = 64
+	s, _ := newTestStore(t, WithReplayBuffer(8))
+	mustNoErr(t, s.Upsert(ctxb, pod("c0", "ns0", "a", StatusHealthy, map[string]string{"app": "web"})))
+	q := Query{Filter: Filter{Namespaces: []string{"ns0"}}, Access: &Access{All: true}}
+	p1, err := s.Query(ctxb, q)
+	mustNoErr(t, err)
+	for i := range churn {
+		mustNoErr(t, s.Upsert(ctxb, pod("c0", "ns1", "b", StatusHealthy, map[string]string{"rev": fmt.Sprint(i)})))
+	}
+	if n := s.x.labels.pairs.len(); n >= churn {
+		t.Fatalf("label pair id space %d after %d values: the test needs ids reclaimed", n, churn)
+	}
+	p2, err := s.Query(ctxb, q)
+	mustNoErr(t, err)
+	mapID := func(m map[string]string) uintptr { return reflect.ValueOf(m).Pointer() }
+	if len(p1.Edges) != 1 || len(p2.Edges) != 1 || mapID(p1.Edges[0].Object.Labels) != mapID(p2.Edges[0].Object.Labels) {
+		t.Fatalf("the page's Labels map was built again after commits that reclaimed only pairs no page read")
+	}
+}

@@ -85,7 +85,7 @@ type Object struct {
 	Resource        string            `json:"resource"`
 	Name            string            `json:"name"`
 	UID             string            `json:"uid"`
-	Labels          map[string]string `json:"labels,omitempty"`
+	Labels          map[string]string `json:"labels,omitempty"` // shared between pages: read it, or maps.Clone it to change it
 	OwnerRefs       []OwnerRef        `json:"ownerRefs,omitempty"`
 	CreatedAt       time.Time         `json:"createdAt"`
 	UpdatedAt       time.Time         `json:"updatedAt"`

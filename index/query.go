@@ -86,6 +86,8 @@ type Page struct {
 
 // Edge is one object of a page.
 type Edge struct {
+	// Object must not be mutated: its Labels map is shared with other
+	// pages (see Object).
 	Object *Object
 	// Cursor resumes the query after this object.
 	Cursor string
