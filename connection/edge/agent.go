@@ -59,15 +59,16 @@ const (
 	// one part to be encoded, sent and decoded. Per-message deflate's
 	// window is 32 KiB, so parts this size compress as well as 4 MiB ones.
 	partBytes = 256 << 10
-	// resyncPartsInFlight bounds the parts of a snapshot the manager has
-	// not acknowledged yet, once a session's first full snapshot is
-	// applied (FeatureDeltasInSnapshot only): a delta sent between parts
-	// queues on the manager behind at most this many parts, not behind a
-	// window of them. Two keep the edge encoding a part while the manager
-	// decodes the one before. The session's first snapshot keeps the
-	// whole window, since how soon it is applied is what a new cluster
-	// waits for; a later one is a background resync of rows the manager
-	// has, paced at two parts per round trip.
+	// resyncPartsInFlight bounds the parts of a periodic full resync the
+	// manager has not acknowledged yet (FeatureDeltasInSnapshot only): a
+	// delta sent between parts queues on the manager behind at most this
+	// many parts, not behind a window of them. Two keep the edge encoding
+	// a part while the manager decodes the one before. A resync sends rows
+	// the manager has, in the background, at two parts per round trip.
+	// The session's first snapshot keeps the whole window, since how soon
+	// it is applied is what a new cluster waits for, and so does a kind
+	// snapshot (a kind's first listing, or a kind recovering), since
+	// every other kind's changes wait for its end.
 	resyncPartsInFlight = 2
 	// envelopeSlack covers the parts of an envelope that vary between
 	// the size estimate and the real message (sequence, time, part

@@ -158,7 +158,8 @@ func (s *agentSession) stream(ctx context.Context) error {
 		}
 		snaps, errs := buf.takeKinds()
 		for _, ks := range snaps {
-			if err := s.sendSnapshot(ctx, false, true, []KindState{ks.state}, ks.rows, nil); err != nil {
+			// Not paced: every other kind's changes wait for its end.
+			if err := s.sendSnapshot(ctx, false, false, []KindState{ks.state}, ks.rows, nil); err != nil {
 				return err
 			}
 		}
@@ -268,9 +269,10 @@ func overhead(m *Message) (int, error) {
 // it: a later kind snapshot of the same takeKinds carries rows older than
 // the change, and a full snapshot retires a kind it does not list (one
 // that finished its first list while the snapshot went out). When paced
-// (every snapshot but the session's first full one), at most
-// resyncPartsInFlight parts are unacknowledged at a time, so such a change
-// also queues on the manager behind at most that many parts.
+// (a periodic full resync: not the session's first full snapshot, nor a
+// kind snapshot, which every other kind's changes wait for), at most
+// resyncPartsInFlight parts are unacknowledged at a time, so a change of a
+// synced kind also queues on the manager behind at most that many parts.
 func (s *agentSession) sendSnapshot(ctx context.Context, full, paced bool, kinds []KindState, rows []index.Object, md map[string]string) error {
 	synced := syncedKinds(kinds)
 	paced = paced && s.deltasInSnapshot

@@ -957,3 +957,50 @@ func TestResyncKeepsTwoPartsInFlight(t *testing.T) {
 		t.Errorf("%d changes made with two parts unacknowledged: the resync had too few parts", changes)
 	}
 }
+
+// TestKindSnapshotIsNotPaced: a kind snapshot (a kind's first listing, or
+// a kind recovering) uses the whole window, as the session's first
+// snapshot does: changes of every other kind wait for its end, so pacing
+// it would make them wait longer (review-s7-edge M2). Only periodic full
+// resyncs are paced. After the first snapshot is applied, a second kind
+// finishes its first list; the relay holds its acks back and waits for
+// three parts of the kind snapshot unacknowledged (a paced edge stops at
+// two, and this times out).
+func TestKindSnapshotIsNotPaced(t *testing.T) {
+	const cluster = "edge-a"
+	ctx := t.Context()
+	secrets := index.Kind{Version: "v1", Kind: "Secret", Resource: "secrets", Namespaced: true}
+	secretRows := versioned(testRows(cluster, 6000, ""), "1") // about 2 MiB: 8 parts or more
+	for i := range secretRows {
+		secretRows[i].Kind, secretRows[i].Resource = secrets.Kind, secrets.Resource
+	}
+	r, url := newRelayHub(t, cluster, DefaultWindow)
+	never := time.Hour // no periodic resync during the test
+	a := startAgent(t, AgentOptions{
+		Manager: url, Cluster: cluster, PingInterval: 5 * time.Second, PongWait: time.Minute,
+		Resync: ResyncOptions{Interval: never, Min: never, Max: never},
+	})
+	if err := a.buf.Replace(ctx, cluster, testKind, testRows(cluster, 10, "1")); err != nil {
+		t.Fatal(err)
+	}
+	a.buf.expect([]index.Kind{testKind})
+	r.settle(cluster, edgeVersions(a.buf), 1)
+
+	if err := a.buf.Replace(ctx, cluster, secrets, secretRows); err != nil {
+		t.Fatal(err)
+	}
+	var held []*Message
+	for len(held) < 3 {
+		m := r.next(func() string {
+			return fmt.Sprintf("3 parts of the Secrets' kind snapshot unacknowledged (%d so far)", len(held))
+		})
+		if m.Type != TypeSnapshot || m.Snapshot.Full || m.Snapshot.Final {
+			t.Fatalf("got %s while waiting for 3 parts of the kind snapshot", m.Type)
+		}
+		held = append(held, m)
+	}
+	for _, m := range held {
+		r.pass(m)
+	}
+	r.settle(cluster, edgeVersions(a.buf), 2)
+}
