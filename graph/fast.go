@@ -95,7 +95,7 @@ func (f *fastPath) middleware() graphql.RootFieldMiddleware {
 		if !ok {
 			return next(ctx)
 		}
-		total, edgeCursors := selectsTotal(opCtx, rfc.Field.Selections), selectsEdgeCursor(opCtx, rfc.Field.Selections)
+		total, edgeCursors := selected(opCtx, rfc.Field.Selections)
 		page, err := f.svc.queryObjects(ctx, args.Filter, args.OrderBy, args.First, args.After, total, edgeCursors)
 		if err != nil {
 			return next(ctx)

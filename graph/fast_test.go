@@ -247,8 +247,8 @@ func TestSelectsEdgeCursor(t *testing.T) {
 		{`query($s: Boolean!) { objects { edges { cursor @skip(if: $s) node { name } } } }`, map[string]any{"s": true}, false},
 		{`query($s: Boolean!) { objects { edges { cursor @skip(if: $s) node { name } } } }`, map[string]any{"s": false}, true},
 	} {
-		if got := selectsEdgeCursor(objectsSelection(t, tc.query, tc.vars)); got != tc.want {
-			t.Errorf("%s %v: selectsEdgeCursor = %v, want %v", tc.query, tc.vars, got, tc.want)
+		if _, got := selected(objectsSelection(t, tc.query, tc.vars)); got != tc.want {
+			t.Errorf("%s %v: selected edgeCursors = %v, want %v", tc.query, tc.vars, got, tc.want)
 		}
 	}
 }
@@ -272,8 +272,8 @@ func TestSelectsTotal(t *testing.T) {
 		{`query($s: Boolean!) { objects { totalCount @skip(if: $s) edges { cursor } } }`, map[string]any{"s": true}, false},
 		{`query($s: Boolean!) { objects { totalCount @skip(if: $s) edges { cursor } } }`, map[string]any{"s": false}, true},
 	} {
-		if got := selectsTotal(objectsSelection(t, tc.query, tc.vars)); got != tc.want {
-			t.Errorf("%s %v: selectsTotal = %v, want %v", tc.query, tc.vars, got, tc.want)
+		if got, _ := selected(objectsSelection(t, tc.query, tc.vars)); got != tc.want {
+			t.Errorf("%s %v: selected total = %v, want %v", tc.query, tc.vars, got, tc.want)
 		}
 	}
 }

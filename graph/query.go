@@ -87,9 +87,9 @@ func (p *objectsPage) hasNextPage() bool {
 // queryObjects runs Query.objects: one page of visible objects, filtered
 // through the viewer's access before pagination and counting. The index
 // counts the matches and lists the stale clusters only when total is set
-// (see selectsTotal): otherwise totalCount and staleClusters are not in
+// (see selected): otherwise totalCount and staleClusters are not in
 // the answer, and counting can cost more than the page. It encodes every
-// edge's cursor only when edgeCursors is set (see selectsEdgeCursor);
+// edge's cursor only when edgeCursors is set (see selected);
 // otherwise the first and last, which pageInfo shows.
 func (s *service) queryObjects(ctx context.Context, filter *model.ObjectFilter, orderBy *model.ObjectOrder, first *int, after *string, total, edgeCursors bool) (*objectsPage, error) {
 	v, err := viewerFrom(ctx)
@@ -123,33 +123,24 @@ func (s *service) queryObjects(ctx context.Context, filter *model.ObjectFilter, 
 	return &objectsPage{Page: page, first: n, hasAfter: q.After != "", changes: s.encodeChangeCursor(page.Seq)}, nil
 }
 
-// selectsTotal reports whether a selection of an ObjectConnection asks
-// for a field the index computes with the total count: totalCount or
-// staleClusters (aliases, fragments and @skip/@include applied).
-func selectsTotal(op *graphql.OperationContext, sel ast.SelectionSet) bool {
+// selected reports what a selection of an ObjectConnection asks the
+// index for (aliases, fragments and @skip/@include applied): total, a
+// field computed with the total count (totalCount or staleClusters);
+// edgeCursors, the cursor of its edges.
+func selected(op *graphql.OperationContext, sel ast.SelectionSet) (total, edgeCursors bool) {
 	for _, c := range graphql.CollectFields(op, sel, []string{"ObjectConnection"}) {
-		if c.Name == "totalCount" || c.Name == "staleClusters" {
-			return true
-		}
-	}
-	return false
-}
-
-// selectsEdgeCursor reports whether a selection of an ObjectConnection
-// asks for the cursor of its edges (aliases, fragments and @skip/@include
-// applied).
-func selectsEdgeCursor(op *graphql.OperationContext, sel ast.SelectionSet) bool {
-	for _, c := range graphql.CollectFields(op, sel, []string{"ObjectConnection"}) {
-		if c.Name != "edges" {
-			continue
-		}
-		for _, e := range graphql.CollectFields(op, c.Selections, []string{"ObjectEdge"}) {
-			if e.Name == "cursor" {
-				return true
+		switch c.Name {
+		case "totalCount", "staleClusters":
+			total = true
+		case "edges":
+			for _, e := range graphql.CollectFields(op, c.Selections, []string{"ObjectEdge"}) {
+				if e.Name == "cursor" {
+					edgeCursors = true
+				}
 			}
 		}
 	}
-	return false
+	return total, edgeCursors
 }
 
 // objects answers Query.objects through gqlgen's generated code (the fast
@@ -157,8 +148,7 @@ func selectsEdgeCursor(op *graphql.OperationContext, sel ast.SelectionSet) bool 
 func (s *service) objects(ctx context.Context, filter *model.ObjectFilter, orderBy *model.ObjectOrder, first *int, after *string) (*model.ObjectConnection, error) {
 	total, edgeCursors := true, true // no field context: answer every field
 	if fc := graphql.GetFieldContext(ctx); fc != nil {
-		op := graphql.GetOperationContext(ctx)
-		total, edgeCursors = selectsTotal(op, fc.Field.Selections), selectsEdgeCursor(op, fc.Field.Selections)
+		total, edgeCursors = selected(graphql.GetOperationContext(ctx), fc.Field.Selections)
 	}
 	p, err := s.queryObjects(ctx, filter, orderBy, first, after, total, edgeCursors)
 	if err != nil {
