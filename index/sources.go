@@ -129,10 +129,10 @@ func (p *plan) eachCell(fn func(key uint32, l *postings)) {
 	// A filter names a few kinds of the many: look up their cells rather
 	// than range over every cell.
 	for kid, in := range p.kids {
+		if !in {
+			continue
+		}
 		for st := range uint8(len(Statuses)) {
-			if !in {
-				break
-			}
 			k := cellKey(uint32(kid), st)
 			if l := p.x.kindStatus[k]; l != nil && p.cellMatches(k) {
 				fn(k, l)
