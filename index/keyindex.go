@@ -24,7 +24,7 @@ func newKeyIndex() *keyIndex {
 
 // get returns the row id of key; rows are the rows by id.
 func (k *keyIndex) get(key string, rows []*objRow) (uint32, bool) {
-	if rid, ok := k.byHash[maphash.String(k.seed, key)&k.mask]; ok && rows[rid].key == key {
+	if rid, ok := k.byHash[maphash.String(k.seed, key)&k.mask]; ok && rows[rid].key() == key {
 		return rid, true
 	}
 	if len(k.other) == 0 {
@@ -44,7 +44,7 @@ func (k *keyIndex) hash(key []byte) uint64 { return maphash.Bytes(k.seed, key) &
 
 // getHashed is getBytes with the key's hash already computed.
 func (k *keyIndex) getHashed(h uint64, key []byte, rows []*objRow) (uint32, bool) {
-	if rid, ok := k.byHash[h]; ok && rows[rid].key == string(key) {
+	if rid, ok := k.byHash[h]; ok && rows[rid].key() == string(key) {
 		return rid, true
 	}
 	if len(k.other) == 0 {

@@ -15,7 +15,7 @@ func TestKeyIndexCollisions(t *testing.T) {
 	stored := map[string]uint32{}
 	add := func(key string) {
 		rid := uint32(len(rows))
-		rows = append(rows, &objRow{key: key, rid: rid})
+		rows = append(rows, &objRow{data: key, keyLen: uint16(len(key)), rid: rid})
 		k.put(key, rid)
 		stored[key] = rid
 	}
@@ -44,7 +44,7 @@ func TestKeyIndexCollisions(t *testing.T) {
 	for i := 0; i < 40; i += 3 {
 		key := fmt.Sprintf("key-%d", i)
 		k.delete(key, stored[key])
-		rows[stored[key]] = &objRow{key: "gone"} // as a freed and reused id
+		rows[stored[key]] = &objRow{data: "gone", keyLen: 4} // as a freed and reused id
 		delete(stored, key)
 	}
 	check("after removing")

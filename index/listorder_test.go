@@ -151,7 +151,7 @@ func checkListOrders(t *testing.T, s *Store, round int) map[*postings]bool {
 func rowKeys(rows []*objRow) []string {
 	out := make([]string, len(rows))
 	for i, r := range rows {
-		out[i] = r.key
+		out[i] = r.key()
 	}
 	return out
 }

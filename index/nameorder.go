@@ -82,7 +82,7 @@ type nameSeek struct {
 func (o *nameOrder) keyOf(it *nameItem) (string, uint16) {
 	if o.live(it) {
 		r := o.x.rows[it.rid]
-		return r.key, r.nameOff
+		return r.key(), r.nameOff
 	}
 	d := o.dead[rowGen(it.rid, it.gen)]
 	return d.key, d.nameOff
@@ -139,7 +139,7 @@ func (p namePfx) compare(q namePfx) int {
 
 // compareByName orders rows by name, then key.
 func compareByName(a, b *objRow) int {
-	return compareKeys(a.key, a.nameOff, b.key, b.nameOff)
+	return compareKeys(a.key(), a.nameOff, b.key(), b.nameOff)
 }
 
 func newNameOrder(x *objIndex) *nameOrder {
@@ -193,7 +193,7 @@ func (o *nameOrder) remove(r *objRow) {
 
 // removeID records that row r, of generation gen, leaves the order.
 func (o *nameOrder) removeID(r *objRow, gen uint32) {
-	o.dead[rowGen(r.rid, gen)] = deadRow{key: r.key, nameOff: r.nameOff}
+	o.dead[rowGen(r.rid, gen)] = deadRow{key: r.key(), nameOff: r.nameOff}
 	id := r.rid & o.idMask
 	w := int(id >> 6)
 	if w >= len(o.deadIDs) {

@@ -73,12 +73,12 @@ func TestNameOrder(t *testing.T) {
 	}
 	for i := 0; i < len(want); i += 29 {
 		r := want[i]
-		pivot := &nameSeek{pfx: namePrefix(r.name()), key: r.key, nameOff: r.nameOff}
+		pivot := &nameSeek{pfx: namePrefix(r.name()), key: r.key(), nameOff: r.nameOff}
 		if got := collect(pivot, false); !slices.Equal(got, want[i:]) {
-			t.Fatalf("ascending from %q: wrong rows", r.key)
+			t.Fatalf("ascending from %q: wrong rows", r.key())
 		}
 		if got := collect(pivot, true); !slices.Equal(got, reversed(want[:i+1])) {
-			t.Fatalf("descending from %q: wrong rows", r.key)
+			t.Fatalf("descending from %q: wrong rows", r.key())
 		}
 	}
 	for j, key := range gone {
@@ -88,7 +88,7 @@ func TestNameOrder(t *testing.T) {
 		parts := strings.Split(key, "\x00")
 		name := parts[len(parts)-2]
 		pivot := &nameSeek{pfx: namePrefix(name), key: key, nameOff: uint16(len(key) - 1 - len(name))}
-		probe := &objRow{key: key, nameOff: pivot.nameOff}
+		probe := &objRow{data: key, keyLen: uint16(len(key)), nameOff: pivot.nameOff}
 		i, _ := slices.BinarySearchFunc(want, probe, compareByName)
 		if got := collect(pivot, false); !slices.Equal(got, want[i:]) {
 			t.Fatalf("ascending from removed %q: wrong rows", key)

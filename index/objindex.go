@@ -151,7 +151,7 @@ func (x *objIndex) insertRow(r *objRow) {
 		x.pfx = append(x.pfx, pfx)
 		x.gens = append(x.gens, 0)
 	}
-	x.byKey.put(r.key, r.rid)
+	x.byKey.put(r.key(), r.rid)
 	x.byName.insert(pfx, r)
 	x.widenKindNames(r.kind.kid, pfx)
 	ca := x.cluster(r.cid)
@@ -171,7 +171,7 @@ func (x *objIndex) insertRow(r *objRow) {
 
 // remove deletes r from every index and frees its row id.
 func (x *objIndex) remove(r *objRow) {
-	x.byKey.delete(r.key, r.rid)
+	x.byKey.delete(r.key(), r.rid)
 	x.msgs.release(r.message)
 	ca := x.byCluster[r.cid]
 	x.reshape(ca)

@@ -211,7 +211,7 @@ func validOrder(f OrderField) bool {
 
 // sortKeyOf returns r's sort key in order f.
 func (x *objIndex) sortKeyOf(f OrderField, r *objRow) sortKey {
-	k := sortKey{key: r.key}
+	k := sortKey{key: r.key()}
 	switch f {
 	case OrderName:
 		k.pfx, k.str = x.pfx[r.rid], r.name()

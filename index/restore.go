@@ -234,7 +234,7 @@ func (s *Store) RestoreCluster(ctx context.Context, snap ClusterSnapshot) error 
 		if o.Cluster != name {
 			return fmt.Errorf("%w: %s: restore of cluster %q got a row of another cluster", ErrInvalidRow, o.Key(), name)
 		}
-		if err := validateKey(o.Key()); err != nil {
+		if err := validateRow(o); err != nil {
 			return fmt.Errorf("index: restore cluster %q: %w", name, err)
 		}
 		if !IsPolicyKind(o.Group, o.Kind) {

@@ -1,0 +1,67 @@
+package index
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// TestRowSize holds objRow to its allocation size class: a field that
+// takes it past 96 bytes costs 16 bytes per object (the next class is
+// 112), about 16 MB at 1M objects.
+func TestRowSize(t *testing.T) {
+	if got := unsafe.Sizeof(objRow{}); got > 96 {
+		t.Fatalf("objRow is %d bytes, want at most 96", got)
+	}
+}
+
+// TestRowParts checks that every part of an Object survives its row: the
+// offsets into data and the owner references' pointer and count.
+func TestRowParts(t *testing.T) {
+	x := newObjIndex()
+	cases := []Object{
+		{Cluster: "c", Kind: "ConfigMap", Version: "v1", Resource: "configmaps", Name: "n", Namespace: "ns"},
+		{
+			Cluster: "c1", Group: "apps", Version: "v1", Kind: "ReplicaSet", Resource: "replicasets", Namespace: "ns-1", Name: "web-5d8f",
+			UID: "0b5c6c0e-7d4a-4c43-9d43-0c1e2b3a4f5d", ResourceVersion: "123456",
+			Labels:    map[string]string{"app": "web", "pod-template-hash": "5d8f"},
+			OwnerRefs: []OwnerRef{{Kind: "Deployment", Name: "web"}, {Kind: "Other", Name: "x"}},
+			Summary:   []byte(`{"replicas":3}`),
+			CreatedAt: time.Unix(1_700_000_000, 5).UTC(), UpdatedAt: time.Unix(1_700_000_100, 0).UTC(),
+			Status: StatusProgressing, Message: "scaling",
+		},
+	}
+	for _, o := range cases {
+		t.Run(o.Name, func(t *testing.T) {
+			if err := validateRow(&o); err != nil {
+				t.Fatal(err)
+			}
+			r := x.buildRow(&o, x.internLabels(nil, o.Labels))
+			if r.key() != objectKey(o.Key()) || r.name() != o.Name || r.uid() != o.UID || r.rv() != o.ResourceVersion {
+				t.Fatalf("key %q name %q uid %q rv %q", r.key(), r.name(), r.uid(), r.rv())
+			}
+			got := x.object(r)
+			if !slices.Equal(got.OwnerRefs, o.OwnerRefs) || string(got.Summary) != string(o.Summary) || (got.Summary == nil) != (len(o.Summary) == 0) {
+				t.Fatalf("owners %v summary %q, want %v %q", got.OwnerRefs, got.Summary, o.OwnerRefs, o.Summary)
+			}
+			if !x.sameLabels(o.Labels, r) || !sameFields(&o, r) {
+				t.Fatalf("row differs from its object: %+v", got)
+			}
+		})
+	}
+}
+
+// TestValidateRowOwners rejects a row whose owner references do not fit
+// an objRow's count.
+func TestValidateRowOwners(t *testing.T) {
+	o := Object{Cluster: "c", Kind: "Pod", Name: "p", OwnerRefs: make([]OwnerRef, maxOwners+1)}
+	if err := validateRow(&o); !errors.Is(err, ErrInvalidRow) {
+		t.Fatalf("got %v, want ErrInvalidRow", err)
+	}
+	o.OwnerRefs = o.OwnerRefs[:maxOwners]
+	if err := validateRow(&o); err != nil {
+		t.Fatal(err)
+	}
+}
