@@ -483,7 +483,7 @@ type labelPair struct {
 type labelDict struct {
 	keys    *strDict // counted by the pairs not yet free that use them
 	values  *strDict
-	pairIDs map[uint64]uint32
+	pairIDs idTable // by pairHash, checked against the pair's key and value ids
 	pairs   pairTable
 	// rc recycles pair ids; a pair's count is its posting list (see
 	// recycler).
@@ -493,7 +493,19 @@ type labelDict struct {
 }
 
 func newLabelDict() *labelDict {
-	return &labelDict{keys: newStrDict(), values: newStrDict(), pairIDs: map[uint64]uint32{}}
+	return &labelDict{keys: newStrDict(), values: newStrDict()}
+}
+
+// pairHash returns the hash the pair of key id kid and value id vid is
+// kept under in pairIDs.
+func pairHash(kid, vid uint32) uint64 { return mix64(uint64(kid)<<32 | uint64(vid)) }
+
+// findPair returns the pair id of key id kid and value id vid, if interned.
+func (d *labelDict) findPair(kid, vid uint32) (uint32, bool) {
+	return d.pairIDs.find(pairHash(kid, vid), func(pid uint32) bool {
+		p := d.pairs.at(pid)
+		return p.kid == kid && p.vid == vid
+	})
 }
 
 // intern returns the pair id of key=value.
@@ -504,8 +516,7 @@ func (d *labelDict) intern(key, value string) uint32 {
 // internIDs returns the pair id of the key and value ids kid and vid,
 // which intern returned or will return for their strings.
 func (d *labelDict) internIDs(kid, vid uint32) uint32 {
-	pk := uint64(kid)<<32 | uint64(vid)
-	if id, ok := d.pairIDs[pk]; ok {
+	if id, ok := d.findPair(kid, vid); ok {
 		return id
 	}
 	d.keys.ref(kid)
@@ -516,7 +527,7 @@ func (d *labelDict) internIDs(kid, vid uint32) uint32 {
 	} else {
 		id = d.pairs.add(labelPair{kid: kid, vid: vid})
 	}
-	d.pairIDs[pk] = id
+	d.pairIDs.add(pairHash(kid, vid), id)
 	return id
 }
 
@@ -549,12 +560,7 @@ func (d *labelDict) recycle(seq, epoch, feedFirst, oldestRead uint64) int {
 	if len(d.rc.zero) > 0 {
 		n += d.rc.unmapZero(seq, epoch, func(pid uint32) bool { return d.pairs.at(pid).rows.len() == 0 }, func(pid uint32) bool {
 			p := d.pairs.at(pid)
-			pk := uint64(p.kid)<<32 | uint64(p.vid)
-			if cur, ok := d.pairIDs[pk]; !ok || cur != pid {
-				return false
-			}
-			delete(d.pairIDs, pk)
-			return true
+			return d.pairIDs.remove(pairHash(p.kid, p.vid), pid)
 		})
 	}
 	return n + d.keys.unmapZero(0, epoch) + d.values.unmapZero(0, epoch)
@@ -570,8 +576,7 @@ func (d *labelDict) lookup(key, value string) (uint32, bool) {
 	if !ok {
 		return 0, false
 	}
-	id, ok := d.pairIDs[uint64(kid)<<32|uint64(vid)]
-	return id, ok
+	return d.findPair(kid, vid)
 }
 
 // reclaimPair frees pair pid, which counted as a use of its key and value.
