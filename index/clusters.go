@@ -26,11 +26,42 @@ func (s *Store) UpsertCluster(ctx context.Context, c Cluster) error {
 			return nil
 		}
 		nc := c
-		must(w.mem().Insert(tableClusters, &nc))
+		w.putClusterRow(&nc)
 		w.emit(&Event{Type: EventCluster, Cluster: c.Name, ClusterRow: &nc, PreviousCluster: old})
 		w.touch(tableClusters, c.Name)
 		return nil
 	})
+}
+
+// putClusterRow inserts or replaces a cluster row.
+func (w *writeTxn) putClusterRow(c *Cluster) {
+	must(w.mem().Insert(tableClusters, c))
+	w.s.setStale(c.Name, c.Stale())
+}
+
+// deleteClusterRow deletes a stored cluster row.
+func (w *writeTxn) deleteClusterRow(c *Cluster) {
+	must(w.mem().Delete(tableClusters, c))
+	w.s.setStale(c.Name, false)
+}
+
+// setStale records whether a cluster is stale in s.stale, replacing the
+// map when that changes (see Store.stale). Cluster rows change state
+// rarely, so copying the map is cheap next to a walk per query.
+func (s *Store) setStale(name string, stale bool) {
+	if s.stale[name] == stale {
+		return
+	}
+	next := make(map[string]bool, len(s.stale)+1)
+	for n := range s.stale {
+		next[n] = true
+	}
+	if stale {
+		next[name] = true
+	} else {
+		delete(next, name)
+	}
+	s.stale = next
 }
 
 func equalClusters(a, b *Cluster) bool {
@@ -70,7 +101,7 @@ func (s *Store) RemoveCluster(ctx context.Context, name string) error {
 		raw, err := w.mem().First(tableClusters, indexID, memKey(compoundKey(name)))
 		must(err)
 		if raw != nil {
-			must(w.mem().Delete(tableClusters, raw))
+			w.deleteClusterRow(raw.(*Cluster))
 			w.emit(&Event{Type: EventClusterRemoved, Cluster: name, PreviousCluster: raw.(*Cluster)})
 			w.touch(tableClusters, name)
 		}

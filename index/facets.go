@@ -45,7 +45,7 @@ func (s *Store) Facets(ctx context.Context, f Filter, a *Access) (*Facets, error
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	txn := s.db.Txn(false)
-	seq := s.seq
+	seq, stale := s.seq, s.stale
 	p, err := s.x.compile(txn, &f, a)
 	if err != nil {
 		return nil, err
@@ -73,7 +73,7 @@ func (s *Store) Facets(ctx context.Context, f Filter, a *Access) (*Facets, error
 			}
 		}
 	}
-	return t.result(seq, p.staleInScope(staleClusters(txn))), nil
+	return t.result(seq, p.staleInScope(stale)), nil
 }
 
 // tally accumulates counts and, when facets is set, per-dimension counts

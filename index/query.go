@@ -9,8 +9,6 @@ import (
 	"slices"
 	"strings"
 	"unsafe"
-
-	"github.com/fleetgraph/fleetgraph/index/tables"
 )
 
 // OrderField is what a query sorts by. The object id (its key,
@@ -282,7 +280,7 @@ func (s *Store) Query(ctx context.Context, q Query) (*Page, error) {
 	}
 	p.pace = s.newPacer(ctx)
 	defer p.pace.done()
-	stale := staleClusters(txn)
+	stale := s.stale
 	page := &Page{Seq: s.seq, Edges: []Edge{}}
 	if !q.NoTotal {
 		page.StaleClusters = p.staleInScope(stale)
@@ -655,19 +653,6 @@ func (h *topK) sorted() []*objRow {
 	out := make([]*objRow, len(h.heap))
 	for n, i := range h.heap {
 		out[n] = h.items[i].r
-	}
-	return out
-}
-
-// staleClusters returns the names of stale clusters.
-func staleClusters(txn tables.Txn) map[string]bool {
-	it, err := txn.Get(tableClusters, indexIDPrefix, memKey(""))
-	must(err)
-	out := map[string]bool{}
-	for raw := it.Next(); raw != nil; raw = it.Next() {
-		if c := raw.(*Cluster); c.Stale() {
-			out[c.Name] = true
-		}
 	}
 	return out
 }

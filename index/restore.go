@@ -320,12 +320,12 @@ func (w *writeTxn) restoreClusterRow(name string, c *Cluster) {
 	old, _ := raw.(*Cluster)
 	switch {
 	case c == nil && old != nil:
-		must(w.mem().Delete(tableClusters, old))
+		w.deleteClusterRow(old)
 		w.emit(&Event{Type: EventClusterRemoved, Cluster: name, PreviousCluster: old})
 		w.touch(tableClusters, name)
 	case c != nil && (old == nil || !equalClusters(old, c)):
 		nc := *c
-		must(w.mem().Insert(tableClusters, &nc))
+		w.putClusterRow(&nc)
 		w.emit(&Event{Type: EventCluster, Cluster: name, ClusterRow: &nc, PreviousCluster: old})
 		w.touch(tableClusters, name)
 	}

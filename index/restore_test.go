@@ -174,8 +174,10 @@ func testRestoreOverOtherState(t *testing.T, conv func(ClusterSnapshot) ClusterS
 	mustNoErr(t, dst.Replace(ctxb, "c1", cm, []Object{{Cluster: "c1", Namespace: "a", Version: "v1", Kind: "ConfigMap", Resource: "configmaps", Name: "cm", UID: "u"}}))
 	mustNoErr(t, dst.Upsert(ctxb, pod("other", "a", "keep", StatusHealthy, nil)))
 	seq := dst.LastSeq()
+	wantStale(t, dst, "c1")
 
 	mustNoErr(t, dst.RestoreCluster(ctxb, conv(snap)))
+	wantStale(t, dst) // the snapshot's row is connected
 	if got := dst.SnapshotCluster("c1"); !reflect.DeepEqual(got, snap) {
 		t.Fatalf("restored snapshot differs:\n got %+v\nwant %+v", got, snap)
 	}
@@ -196,10 +198,27 @@ func testRestoreOverOtherState(t *testing.T, conv func(ClusterSnapshot) ClusterS
 		t.Fatal("restoring c1 touched another cluster")
 	}
 
-	// An empty snapshot empties the cluster.
+	// An empty snapshot empties the cluster, and removes its stale row.
+	mustNoErr(t, dst.UpsertCluster(ctxb, Cluster{Name: "c1", State: StateDisconnected}))
+	wantStale(t, dst, "c1")
 	mustNoErr(t, dst.RestoreCluster(ctxb, ClusterSnapshot{Name: "c1"}))
+	wantStale(t, dst)
 	if got := dst.SnapshotCluster("c1"); got.Cluster != nil || len(got.Kinds) != 0 || len(got.Rows) != 0 {
 		t.Fatalf("after an empty restore: %+v", got)
+	}
+}
+
+// wantStale fails t unless a fleet-wide viewer's page and facets name the
+// stale clusters want.
+func wantStale(t *testing.T, s *Store, want ...string) {
+	t.Helper()
+	all := &Access{All: true}
+	p, err := s.Query(ctxb, Query{Access: all})
+	mustNoErr(t, err)
+	fc, err := s.Facets(ctxb, Filter{}, all)
+	mustNoErr(t, err)
+	if !slices.Equal(p.StaleClusters, want) || !slices.Equal(fc.StaleClusters, want) {
+		t.Fatalf("stale clusters: page %v, facets %v, want %v", p.StaleClusters, fc.StaleClusters, want)
 	}
 }
 

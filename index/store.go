@@ -46,6 +46,12 @@ type Store struct {
 	// transaction and commit for one revision row cost about 8 µs, more
 	// than the rest of a one-row Upsert.
 	objRev map[string]uint64
+	// stale holds the names of the clusters whose row is stale
+	// (Cluster.Stale), kept where cluster rows are written (putClusterRow,
+	// deleteClusterRow) so that a query does not walk every cluster row.
+	// A read keeps the map it found past a pause of its read lock, so a
+	// change replaces the map rather than mutating it. Guarded by mu.
+	stale map[string]bool
 	// objWatch holds the channels that ObjectsRevision handed out, closed
 	// on the cluster's next object change. Readers add channels under the
 	// read lock, so watchMu guards the map.
