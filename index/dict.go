@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 )
 
 // Reclaiming dictionary ids.
@@ -296,8 +297,16 @@ type kindInfo struct {
 // through an id and no event rule is needed.
 type kindDict struct {
 	infos map[Kind]*kindInfo
-	last  *kindInfo // the last interned kind: batches are mostly one kind
-	kids  map[kindKey]uint32
+	// byName indexes the kindInfos by the ASCII lower case of their kind
+	// and of their resource, so that a kinds filter finds its kinds
+	// without comparing every kind name in the fleet; a kindInfo with a
+	// non-ASCII kind or resource (whose case folding is Unicode's) is in
+	// unfolded instead, checked by every filter (see markKinds).
+	byName   map[string][]*kindInfo
+	unfolded []*kindInfo
+
+	last *kindInfo // the last interned kind: batches are mostly one kind
+	kids map[kindKey]uint32
 	// byKid, grOf and namespaced are indexed by kid; namespaced is set
 	// once a row of the kind had a namespace.
 	byKid      []groupKindName
@@ -341,7 +350,7 @@ func (g groupKindName) String() string {
 
 func newKindDict() *kindDict {
 	return &kindDict{
-		infos: map[Kind]*kindInfo{}, kids: map[kindKey]uint32{},
+		infos: map[Kind]*kindInfo{}, byName: map[string][]*kindInfo{}, kids: map[kindKey]uint32{},
 		kidsOfGR: map[GroupResource][]uint32{}, kidsOfGK: map[groupKindName][]uint32{},
 	}
 }
@@ -375,9 +384,47 @@ func (d *kindDict) intern(k Kind) *kindInfo {
 	}
 	ki := &kindInfo{Kind: k, kid: kid, gr: gr, seq: seq}
 	d.infos[k] = ki
+	d.indexName(ki, true)
 	d.last = ki
 	d.version++
 	return ki
+}
+
+// indexName adds ki to byName or unfolded, or removes it.
+func (d *kindDict) indexName(ki *kindInfo, add bool) {
+	if !isASCII(ki.Kind.Kind) || !isASCII(ki.Resource) {
+		if add {
+			d.unfolded = append(d.unfolded, ki)
+		} else {
+			d.unfolded = slices.DeleteFunc(d.unfolded, func(o *kindInfo) bool { return o == ki })
+		}
+		return
+	}
+	names := [2]string{strings.ToLower(ki.Kind.Kind), strings.ToLower(ki.Resource)}
+	for i, name := range names {
+		if i == 1 && name == names[0] {
+			break
+		}
+		if add {
+			d.byName[name] = append(d.byName[name], ki)
+			continue
+		}
+		if l := slices.DeleteFunc(d.byName[name], func(o *kindInfo) bool { return o == ki }); len(l) > 0 {
+			d.byName[name] = l
+		} else {
+			delete(d.byName, name)
+		}
+	}
+}
+
+// isASCII reports whether s has only ASCII characters.
+func isASCII(s string) bool {
+	for i := range len(s) {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // newKid gives kk a kid: a free one if there is one.
@@ -428,6 +475,7 @@ func (d *kindDict) recycle(epoch, oldestRead uint64, resetKid func(kid uint32)) 
 			continue
 		}
 		delete(d.infos, ki.Kind)
+		d.indexName(ki, false)
 		d.last = nil
 		d.version++
 		d.seqs.retired = append(d.seqs.retired, retiredID{id: ki.seq, epoch: epoch})

@@ -2,6 +2,8 @@ package index
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -282,4 +284,60 @@ func TestLabelPairsAcrossPages(t *testing.T) {
 			t.Fatalf("%s: labels %v, want %v", w.Key(), got.Labels, w.Labels)
 		}
 	}
+}
+
+// TestMarkKinds checks the kinds filter's lookup by name (kindDict.byName
+// and unfolded) against comparing every kind, as the filter is defined:
+// the kind or its resource, case-insensitively (Unicode folding, so the
+// Kelvin sign is a K), optionally qualified by the group; before and after
+// kinds are unmapped.
+func TestMarkKinds(t *testing.T) {
+	d := newKindDict()
+	kinds := []Kind{
+		{Version: "v1", Kind: "Pod", Resource: "pods"},
+		{Version: "v1beta1", Kind: "Pod", Resource: "pods"},
+		{Group: "example.io", Version: "v1", Kind: "Pod", Resource: "pods"},
+		{Group: "apps", Version: "v1", Kind: "Deployment", Resource: "deployments"},
+		{Group: "x.io", Version: "v1", Kind: "Thing", Resource: "thing"},
+		{Group: "x.io", Version: "v1", Kind: "\u212Aube", Resource: "kubes"}, // Kelvin sign
+		{Group: "y.io", Version: "v1", Kind: "Kube", Resource: "kubes"},
+		{Group: "z.io", Version: "v1", Kind: "Straße", Resource: "strassen"},
+	}
+	infos := make([]*kindInfo, len(kinds))
+	for i, k := range kinds {
+		infos[i] = d.intern(k)
+		d.ref(infos[i])
+	}
+	terms := []string{
+		"Pod", "pod", "PODS", "pods.example.io", "Pod.", "Pod.apps", "deployment", "Deployments.apps",
+		"thing", "THING.x.io", "kube", "KUBES", "\u212Aube", "kube.x.io", "straße", "STRASSE", "strassen",
+		"\u017Ftrassen", "", "nothing",
+	}
+	check := func(when string) {
+		t.Helper()
+		for _, term := range terms {
+			got := make([]bool, len(d.byKid))
+			gotAny := d.markKinds(term, got)
+			want := make([]bool, len(d.byKid))
+			wantAny := false
+			name, group, qualified := strings.Cut(term, ".")
+			for _, ki := range d.infos {
+				if (!qualified || ki.Group == group) && (strings.EqualFold(ki.Kind.Kind, name) || strings.EqualFold(ki.Resource, name)) {
+					want[ki.kid], wantAny = true, true
+				}
+			}
+			if !slices.Equal(got, want) || gotAny != wantAny {
+				t.Errorf("%s: markKinds(%q) = %v %v, want %v %v", when, term, got, gotAny, want, wantAny)
+			}
+		}
+	}
+	check("interned")
+	for _, i := range []int{0, 4, 5} { // a version of Pod, Thing and the Kelvin Kube go
+		d.unref(infos[i])
+	}
+	d.recycle(1, 0, func(uint32) {})
+	if len(d.infos) != len(kinds)-3 {
+		t.Fatalf("%d kinds after recycle, want %d", len(d.infos), len(kinds)-3)
+	}
+	check("after recycle")
 }

@@ -186,17 +186,39 @@ func idSet(d *strDict, values []string, empty *bool) map[uint32]bool {
 
 // markKinds sets kids[kid] for each kid matching one kinds filter term,
 // and reports whether one did. A query compiles its kinds filter with it
-// (no set or iterator to allocate: kids is the plan's).
+// (no set or iterator to allocate: kids is the plan's). An ASCII name
+// looks at the kinds byName lists under its lower case, and at the
+// unfolded ones; those are a superset of the matches, each checked as
+// before, so a fleet of many kinds costs a query no comparison per kind.
 func (d *kindDict) markKinds(term string, kids []bool) bool {
 	name, group, qualified := strings.Cut(term, ".")
 	found := false
-	for _, ki := range d.infos {
+	mark := func(ki *kindInfo) {
 		if qualified && ki.Group != group {
-			continue
+			return
 		}
 		if strings.EqualFold(ki.Kind.Kind, name) || strings.EqualFold(ki.Resource, name) {
 			kids[ki.kid], found = true, true
 		}
+	}
+	if !isASCII(name) {
+		for _, ki := range d.infos {
+			mark(ki)
+		}
+		return found
+	}
+	var buf [64]byte
+	lower := append(buf[:0], name...)
+	for i, c := range lower {
+		if 'A' <= c && c <= 'Z' {
+			lower[i] = c + 'a' - 'A'
+		}
+	}
+	for _, ki := range d.byName[string(lower)] {
+		mark(ki)
+	}
+	for _, ki := range d.unfolded {
+		mark(ki)
 	}
 	return found
 }
