@@ -2,6 +2,7 @@ package index_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -223,6 +224,40 @@ func BenchmarkQueryPage(b *testing.B) {
 				benchSink = p
 			}
 		})
+	}
+}
+
+// BenchmarkQueryPageRandomKeys is fleetbench compare's Q2: one kind in
+// one namespace of one cluster, first 100 by name, for 4,096 random
+// objects' keys in turn, as compare draws them. Unlike BenchmarkQueryPage's
+// namespace-kind, which repeats one page, every query compiles other ids
+// and reads rows, lists and labels the previous ones did not: it shows the
+// fixed cost of a small page (compile, source choice, stale clusters) and
+// its cache misses. Its pages hold about 4 rows.
+func BenchmarkQueryPageRandomKeys(b *testing.B) {
+	s := benchStore()
+	f := indextest.Fleet{Clusters: 10, Namespaces: 1000, PerNamespace: 10, Seed: 1}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	queries := make([]index.Query, 4096)
+	for i := range queries {
+		o := f.Object(rnd.IntN(f.Size()))
+		queries[i] = index.Query{
+			Filter: index.Filter{Clusters: []string{o.Cluster}, Namespaces: []string{o.Namespace}, Kinds: []string{o.Kind}},
+			Access: &index.Access{All: true}, NoTotal: true, NoEdgeCursors: true,
+		}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		p, err := s.Query(context.Background(), queries[i%len(queries)])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(p.Edges) == 0 {
+			b.Fatal("no edges")
+		}
+		benchSink = p
+		i++
 	}
 }
 
