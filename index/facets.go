@@ -44,9 +44,8 @@ func (s *Store) Facets(ctx context.Context, f Filter, a *Access) (*Facets, error
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	txn := s.db.Txn(false)
 	seq, stale := s.seq, s.stale
-	p, err := s.x.compile(txn, &f, a)
+	p, err := s.x.compile(s.db, &f, a)
 	if err != nil {
 		return nil, err
 	}

@@ -41,8 +41,7 @@ type Filter struct {
 // plan is a compiled filter and access check, valid while the read lock
 // that built it is held.
 type plan struct {
-	x   *objIndex
-	txn tables.Txn
+	x *objIndex
 
 	empty     bool            // the filter can match nothing
 	clusters  map[uint32]bool // nil: any
@@ -72,15 +71,17 @@ type labelReq struct {
 }
 
 // compile builds the plan for f and a. It must run under the read lock.
-func (x *objIndex) compile(txn tables.Txn, f *Filter, a *Access) (*plan, error) {
-	p := &plan{x: x, txn: txn, access: a, accessAll: a != nil && a.All}
+// It reads the cluster rows of db (a read transaction, two allocations)
+// only for a cluster selector.
+func (x *objIndex) compile(db tables.DB, f *Filter, a *Access) (*plan, error) {
+	p := &plan{x: x, access: a, accessAll: a != nil && a.All}
 	p.clusters = idSet(x.clusters, f.Clusters, &p.empty)
 	if f.ClusterSelector != "" {
 		sel, err := parseSelector("cluster selector", f.ClusterSelector)
 		if err != nil {
 			return nil, err
 		}
-		p.clusters = x.clustersMatching(txn, sel, p.clusters)
+		p.clusters = x.clustersMatching(db.Txn(false), sel, p.clusters)
 		p.empty = p.empty || len(p.clusters) == 0
 	}
 	p.nss = idSet(x.namespaces, f.Namespaces, &p.empty)

@@ -273,8 +273,7 @@ func (s *Store) Query(ctx context.Context, q Query) (*Page, error) {
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	txn := s.db.Txn(false)
-	p, err := s.x.compile(txn, &q.Filter, q.Access)
+	p, err := s.x.compile(s.db, &q.Filter, q.Access)
 	if err != nil {
 		return nil, err
 	}

@@ -345,7 +345,7 @@ func testWalkExactSources(t *testing.T, lists bool) {
 			order := Order{Field: OrderName, Desc: desc}
 			const first = 2
 			s.mu.RLock()
-			p, err := s.x.compile(s.db.Txn(false), &f, admin)
+			p, err := s.x.compile(s.db, &f, admin)
 			mustNoErr(t, err)
 			src, live := p.bestSource(), len(s.x.rows)-len(s.x.free)
 			s.mu.RUnlock()
@@ -394,7 +394,7 @@ func TestWalkGivesUp(t *testing.T) {
 	f := Filter{Kinds: []string{"Pod"}}
 	const first = 2
 	s.mu.RLock()
-	p, err := s.x.compile(s.db.Txn(false), &f, admin)
+	p, err := s.x.compile(s.db, &f, admin)
 	mustNoErr(t, err)
 	src, live := p.bestSource(), len(s.x.rows)-len(s.x.free)
 	if !src.exact || src.est != 1000 || src.est*src.est < exactScanRatio*first*live {
@@ -450,7 +450,7 @@ func TestWalkWithinKindNames(t *testing.T) {
 			order := Order{Field: OrderName, Desc: desc}
 			const first = 2
 			s.mu.RLock()
-			p, err := s.x.compile(s.db.Txn(false), &f, admin)
+			p, err := s.x.compile(s.db, &f, admin)
 			mustNoErr(t, err)
 			src := p.bestSource()
 			src.orders = nil // the whole index's name order

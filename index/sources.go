@@ -1,6 +1,10 @@
 package index
 
-import "k8s.io/apimachinery/pkg/selection"
+import (
+	"slices"
+
+	"k8s.io/apimachinery/pkg/selection"
+)
 
 // source enumerates candidate rows for a query, by row id, so that
 // callers can look at compact per-id data (the name prefix) before loading
@@ -19,24 +23,34 @@ type source struct {
 	orders []*nameOrder
 }
 
-// bestSource returns the smallest candidate source for the plan.
+// bestSource returns the smallest candidate source for the plan. The
+// posting-list candidates are sized before they are built and built only
+// when they beat the best so far, the scope first: one kind in one
+// namespace of one cluster is ten rows of the (cluster, namespace) list,
+// and building the union of the kind's fleet-wide cells only to drop it
+// cost about as much as the rest of the page.
 func (p *plan) bestSource() source {
 	x := p.x
 	best := source{est: len(x.rows) - len(x.free), each: x.eachRow}
 	consider := func(s source, ok bool) {
-		// On a tie, prefer the narrower (and possibly exact) source.
-		if ok && (s.est < best.est || (s.est == best.est && s.exact)) {
+		if ok && beats(s.est, s.exact, best) {
 			best = s
 		}
 	}
-	consider(p.kindStatusSource())
-	consider(p.scopeSource())
+	consider(p.scopeSource(best))
+	consider(p.kindStatusSource(best))
 	consider(p.labelSource())
 	if !p.accessAll {
 		consider(p.accessSource(best.est))
 		consider(p.accessCellSource(best.est))
 	}
 	return best
+}
+
+// beats reports whether a source of est rows, exact or not, is better than
+// best: smaller, or as small and exact (the narrower source on a tie).
+func beats(est int, exact bool, best source) bool {
+	return est < best.est || (est == best.est && exact && !best.exact)
 }
 
 // eachRow yields every live row.
@@ -48,11 +62,17 @@ func (x *objIndex) eachRow(fn func(rid uint32) bool) {
 	}
 }
 
-// unionSource yields the members of disjoint posting lists.
+// unionSource yields the members of disjoint posting lists. It keeps
+// lists.
 func (x *objIndex) unionSource(lists []*postings) source {
 	n := 0
 	for _, l := range lists {
 		n += l.len()
+	}
+	if len(lists) == 1 && n < hasBitmapMin {
+		// One small list (a namespace's rows): probing it is cheap.
+		l := lists[0]
+		return source{est: n, each: func(fn func(rid uint32) bool) { l.each(fn) }, has: l.has}
 	}
 	s := source{est: n, each: func(fn func(rid uint32) bool) {
 		for _, l := range lists {
@@ -100,15 +120,21 @@ const maxHasLists = 8
 const hasBitmapMin = 256
 
 // kindStatusSource is the union of the (kind, status) posting lists the
-// kind and status filters allow.
-func (p *plan) kindStatusSource() (source, bool) {
+// kind and status filters allow, if it beats best.
+func (p *plan) kindStatusSource(best source) (source, bool) {
 	if p.kids == nil && p.statuses == 0 {
 		return source{}, false
 	}
-	var lists []*postings
+	est, n := 0, 0
+	p.eachCell(func(_ uint32, l *postings) { est, n = est+l.len(), n+1 })
+	exact := p.accessAll && p.clusters == nil && p.nss == nil && p.aggregatable()
+	if !beats(est, exact, best) {
+		return source{}, false
+	}
+	lists := make([]*postings, 0, n)
 	p.eachCell(func(_ uint32, l *postings) { lists = append(lists, l) })
 	s := p.x.unionSource(lists)
-	s.exact = p.accessAll && p.clusters == nil && p.nss == nil && p.aggregatable()
+	s.exact = exact
 	if len(lists) > 0 {
 		s.orders = orderOf(&p.x.cellOrders, lists)
 	}
@@ -175,10 +201,11 @@ func (p *plan) accessCellSource(limit int) (source, bool) {
 }
 
 // scopeSource is the union of the cluster or (cluster, namespace) posting
-// lists the cluster and namespace filters allow.
-func (p *plan) scopeSource() (source, bool) {
+// lists the cluster and namespace filters allow, if it beats best.
+func (p *plan) scopeSource(best source) (source, bool) {
 	x := p.x
-	var lists []*postings
+	var buf [8]*postings // a page's scope is most often one list
+	lists := buf[:0]
 	switch {
 	case p.clusters != nil:
 		for cid := range p.clusters {
@@ -210,7 +237,14 @@ func (p *plan) scopeSource() (source, bool) {
 	default:
 		return source{}, false
 	}
-	return x.unionSource(lists), true
+	est := 0
+	for _, l := range lists {
+		est += l.len()
+	}
+	if !beats(est, false, best) {
+		return source{}, false
+	}
+	return x.unionSource(slices.Clone(lists)), true
 }
 
 // labelSource is the smallest source of one positive label requirement:
