@@ -50,7 +50,7 @@ func (p *plan) bestSource() source {
 // beats reports whether a source of est rows, exact or not, is better than
 // best: smaller, or as small and exact (the narrower source on a tie).
 func beats(est int, exact bool, best source) bool {
-	return est < best.est || (est == best.est && exact && !best.exact)
+	return est < best.est || (est == best.est && exact)
 }
 
 // eachRow yields every live row.
