@@ -48,8 +48,11 @@ type objRow struct {
 	uidEnd, rvEnd, labelsEnd uint32
 	keyLen                   uint16 // the key is data[:keyLen]; keys are at most maxKeyLen+5 bytes
 	nameOff                  uint16 // offset of the name in key
-	nOwners                  uint16 // at most maxOwners
-	status                   uint8  // index into Statuses
+	// The number of owner references is nOwners | ownersHi<<16, at most
+	// maxOwners: 24 bits in the bytes a 96-byte row has to spare.
+	nOwners  uint16
+	status   uint8 // index into Statuses
+	ownersHi uint8
 }
 
 // key returns compoundKey(cluster, group, kind, namespace, name).
@@ -101,7 +104,7 @@ func (r *objRow) ownerRefs() []OwnerRef {
 	if r.owners == nil {
 		return nil
 	}
-	return unsafe.Slice(r.owners, r.nOwners)
+	return unsafe.Slice(r.owners, int(r.nOwners)|int(r.ownersHi)<<16)
 }
 
 // rowData encodes the data of a row in one allocation (see objRow); ids
@@ -193,8 +196,16 @@ func appendObjectKey(b []byte, k Key) []byte {
 const maxKeyLen = 4096
 
 // maxOwners bounds the owner references of a row so that their count fits
-// in 16 bits; an object of etcd's largest size (1.5 MB) has fewer.
-const maxOwners = 1<<16 - 1
+// in 24 bits. No object Kubernetes stores reaches it: a reference needs a
+// non-empty apiVersion, kind, name and uid, at least 8 bytes even in
+// protobuf, and etcd keeps objects of at most 1.5 MB, so under 200,000
+// references. (A 16-bit count did not hold: about 17-byte references fit
+// 65,536 times in a ConfigMap, and one such row made its kind's Replace
+// fail.)
+const maxOwners = 1<<24 - 1
+
+// ownersFit reports whether n owner references fit an objRow.
+func ownersFit(n int) bool { return n <= maxOwners }
 
 // maxDataLen bounds the uid, resource version, labels and summary of a
 // row, so that their offsets fit in 32 bits.
@@ -206,7 +217,7 @@ func validateRow(o *Object) error {
 	if err := validateKey(o.Key()); err != nil {
 		return err
 	}
-	if len(o.OwnerRefs) > maxOwners {
+	if !ownersFit(len(o.OwnerRefs)) {
 		return fmt.Errorf("%w: %s: more than %d owner references", ErrInvalidRow, o.Key(), maxOwners)
 	}
 	if n := uint64(len(o.UID)) + uint64(len(o.ResourceVersion)) + 4*uint64(len(o.Labels)) + uint64(len(o.Summary)); n > maxDataLen {
@@ -276,7 +287,8 @@ func (x *objIndex) buildRow(o *Object, ids []uint32) *objRow {
 		message:   o.Message,
 	}
 	if len(o.OwnerRefs) > 0 {
-		r.owners, r.nOwners = &o.OwnerRefs[0], uint16(len(o.OwnerRefs))
+		n := len(o.OwnerRefs)
+		r.owners, r.nOwners, r.ownersHi = &o.OwnerRefs[0], uint16(n), uint8(n>>16)
 	}
 	return r
 }

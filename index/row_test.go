@@ -1,8 +1,8 @@
 package index
 
 import (
-	"errors"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 	"unsafe"
@@ -32,6 +32,9 @@ func TestRowParts(t *testing.T) {
 			CreatedAt: time.Unix(1_700_000_000, 5).UTC(), UpdatedAt: time.Unix(1_700_000_100, 0).UTC(),
 			Status: StatusProgressing, Message: "scaling",
 		},
+		// More owner references than a 16-bit count holds: an object
+		// Kubernetes accepts (about 17 bytes a reference in protobuf).
+		{Cluster: "c", Kind: "ConfigMap", Version: "v1", Resource: "configmaps", Name: "owned", Namespace: "ns", OwnerRefs: manyOwners(70_000)},
 	}
 	for _, o := range cases {
 		t.Run(o.Name, func(t *testing.T) {
@@ -54,14 +57,22 @@ func TestRowParts(t *testing.T) {
 }
 
 // TestValidateRowOwners rejects a row whose owner references do not fit
-// an objRow's count.
+// an objRow's 24-bit count, and only such a row.
 func TestValidateRowOwners(t *testing.T) {
-	o := Object{Cluster: "c", Kind: "Pod", Name: "p", OwnerRefs: make([]OwnerRef, maxOwners+1)}
-	if err := validateRow(&o); !errors.Is(err, ErrInvalidRow) {
-		t.Fatalf("got %v, want ErrInvalidRow", err)
+	if !ownersFit(maxOwners) || ownersFit(maxOwners+1) || maxOwners < 200_000 {
+		t.Fatalf("maxOwners %d: want a count every object etcd stores fits", maxOwners)
 	}
-	o.OwnerRefs = o.OwnerRefs[:maxOwners]
+	o := Object{Cluster: "c", Kind: "Pod", Name: "p", OwnerRefs: manyOwners(1 << 16)}
 	if err := validateRow(&o); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// manyOwners returns n distinct owner references.
+func manyOwners(n int) []OwnerRef {
+	refs := make([]OwnerRef, n)
+	for i := range refs {
+		refs[i] = OwnerRef{Kind: "ReplicaSet", Name: strconv.Itoa(i)}
+	}
+	return refs
 }
