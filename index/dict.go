@@ -536,8 +536,11 @@ type labelDict struct {
 	// rc recycles pair ids; a pair's count is its posting list (see
 	// recycler).
 	rc recycler
-	// maps keeps the Labels maps of recent pages' rows.
-	maps labelMaps
+	// cache keeps the Objects and Labels maps of recent pages' rows. It
+	// is the only state of the dictionaries that reads write (under its
+	// own mutex); it lives here because reclaiming a pair must drop the
+	// label maps that may hold it.
+	cache pageCache
 }
 
 func newLabelDict() *labelDict {
@@ -593,11 +596,11 @@ func (d *labelDict) recycle(seq, epoch, feedFirst, oldestRead uint64) int {
 	if len(d.rc.retired) > 0 {
 		stale := false
 		d.rc.reclaim(feedFirst, oldestRead, func(pid uint32) {
-			stale = stale || d.maps.holds(pid)
+			stale = stale || d.cache.holds(pid)
 			d.reclaimPair(pid)
 		})
 		if stale {
-			d.maps.reset() // a kept set with the pair would name other labels once it is reused
+			d.cache.resetSets() // a kept set with the pair would name other labels once it is reused
 		}
 	}
 	// No event refers to a key or value but through a pair, which is

@@ -74,8 +74,8 @@ type OwnerRef struct {
 //
 // Rows handed to the index must not be mutated afterwards, and rows the
 // index returns must not be mutated by callers: the index may share them
-// (the Labels maps of query pages are shared between pages and rows with
-// equal labels).
+// (a query page's Objects are shared with other pages that returned the
+// same row lately, and their Labels maps with rows of equal labels).
 type Object struct {
 	Cluster         string            `json:"cluster"`
 	Namespace       string            `json:"namespace,omitempty"`

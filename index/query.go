@@ -84,8 +84,8 @@ type Page struct {
 
 // Edge is one object of a page.
 type Edge struct {
-	// Object must not be mutated: its Labels map is shared with other
-	// pages (see Object).
+	// Object must not be mutated: it and its Labels map are shared with
+	// other pages (see Object).
 	Object *Object
 	// Cursor resumes the query after this object.
 	Cursor string
@@ -252,6 +252,11 @@ func compareSortKeys(a, b *sortKey) int {
 // walks that index from the cursor instead and counts separately, from
 // the count cells when the filter allows. Every row is checked against the
 // whole filter and the access, so sources only bound the work.
+//
+// The page's Objects are shared: a row that a recent page returned comes
+// back as the same *Object (see pageCache), so callers read them and
+// never mutate them, Labels included; copy one (and maps.Clone its
+// Labels) to change it.
 func (s *Store) Query(ctx context.Context, q Query) (*Page, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("index: query: %w", err)
@@ -300,7 +305,7 @@ func (s *Store) Query(ctx context.Context, q Query) (*Page, error) {
 	}
 	page.TotalCount, page.HasNextPage = total, more
 	page.Edges = make([]Edge, len(rows))
-	objs := make([]Object, len(rows)) // one allocation for the page
+	s.x.pageObjects(page.Edges, rows)
 	// The cursors are encoded into one buffer (one allocation instead of
 	// one per edge) and each edge's cursor is a slice of it.
 	var cursors []byte
@@ -310,8 +315,7 @@ func (s *Store) Query(ctx context.Context, q Query) (*Page, error) {
 	}
 	ends := make([]int, len(rows))
 	for i, r := range rows {
-		s.x.fillFields(&objs[i], r)
-		page.Edges[i] = Edge{Object: &objs[i], Stale: stale[s.x.clusters.str(r.cid)]}
+		page.Edges[i].Stale = stale[s.x.clusters.str(r.cid)]
 		if q.NoEdgeCursors && i != 0 && i != len(rows)-1 {
 			ends[i] = len(cursors) // an empty cursor
 			continue
@@ -323,7 +327,6 @@ func (s *Store) Query(ctx context.Context, q Query) (*Page, error) {
 		cursors = appendCursor(cursors, cursor{Field: q.Order.Field, Desc: q.Order.Desc, Str: sk.str, Num: sk.num, Key: sk.key})
 		ends[i] = len(cursors)
 	}
-	s.x.labels.maps.fill(s.x.labels, objs, rows)
 	all := unsafe.String(unsafe.SliceData(cursors), len(cursors)) // cursors is not written again
 	start := 0
 	for i, end := range ends {

@@ -302,7 +302,7 @@ func (x *objIndex) object(r *objRow) *Object {
 }
 
 // fillObject sets *o to the Object of a row, under the read lock, with a
-// Labels map of its own (pages share theirs: labelMaps).
+// Labels map of its own (pages share theirs: pageCache).
 func (x *objIndex) fillObject(o *Object, r *objRow) {
 	x.fillFields(o, r)
 	o.Labels = x.labels.labelMap(r)

@@ -1,0 +1,221 @@
+package index
+
+import (
+	"sync"
+	"unsafe"
+)
+
+// pageCache keeps what pages returned lately, so that a page of rows seen
+// recently builds nothing:
+//
+//   - the Object of each row, by row. Rows are immutable (an update builds
+//     a new objRow), and an Object holds only the row's fields and the
+//     strings its dictionary ids resolved to, so a kept Object stays the
+//     row's for as long as anything can reach the row. Filling 100 Objects
+//     of 288 bytes (a 32 KB allocation, zeroed, then written with a write
+//     barrier per pointer while the collector runs) was about half the CPU
+//     of a 100-row page at 1M objects once the labels were shared, and
+//     most of its bytes.
+//   - the Labels map of each label set, by objRow.labelBytes (equal strings
+//     mean equal labels), for the Objects it builds: building one cost
+//     about half the CPU of a page before it was kept (a map and its group
+//     allocated per row, and a pair, key and value lookup per label, each a
+//     likely cache miss), and rows with equal labels (the pods of one
+//     ReplicaSet) share one.
+//
+// Both are shared by every page that got them, so callers must not mutate
+// them (see Object). Each is two generations: an entry found only in the
+// older one moves to the newer, and a full newer generation becomes the
+// older, dropping the older. A generation holds at most pageCacheGen
+// entries; the Objects' generation also at most pageObjectsBytes of the
+// slabs its Objects were allocated in (a page allocates its new Objects
+// in one slab, which stays alive while any of them is kept), so the cache
+// holds a few MB at most. A kept entry keeps its row, or its row's bytes
+// for a label set, alive until dropped.
+//
+// Pair ids are recycled, so a set's bytes can come to mean other labels:
+// pids marks the pair ids of the sets kept since the last reset, and a
+// commit that reclaims a marked pair drops every label map
+// (labelDict.recycle, under the write lock, when no read can hold a row
+// with the pair). Pairs of labels nobody paged lately are reclaimed on
+// nearly every commit under label churn, and drop nothing. Kept Objects
+// need no reset: a row that can be read still has the labels its Object
+// shows.
+//
+// Reads hold the Store's read lock and may run at once, so pageCache has
+// its own mutex: a page whose rows are all kept takes it once; a page
+// with new rows takes it again to keep what it built outside it (or take
+// the label maps another page kept meanwhile).
+type pageCache struct {
+	mu sync.Mutex
+	// objs maps a row to its Object and the slab it was allocated in.
+	objs, oldObjs map[*objRow]pageObject
+	// gen numbers objs' generations, and slabBytes counts the bytes of the
+	// slabs charged to the current one.
+	gen       uint64
+	slabBytes int
+	// sets maps label bytes to a Labels map.
+	sets, oldSets map[string]map[string]string
+	// pids has a bit per pair id, set for the ids of the kept sets (and
+	// of sets dropped since the last reset).
+	pids []uint64
+}
+
+// pageObject is a kept Object and the slab it lives in.
+type pageObject struct {
+	o    *Object
+	slab *objSlab
+}
+
+// objSlab is the Objects a page built, allocated at once.
+type objSlab struct {
+	objs []Object
+	// gen is the generation of pageCache.objs the slab was last charged
+	// to.
+	gen uint64
+}
+
+// pageCacheGen bounds the entries of one generation (4,000): a few pages
+// of MaxPageSize.
+const pageCacheGen = 4 * MaxPageSize
+
+// pageObjectsBytes bounds the slab bytes of one generation of Objects:
+// pageCacheGen Objects in slabs at least half kept (about 2.3 MB).
+const pageObjectsBytes = 2 * pageCacheGen * int(unsafe.Sizeof(Object{}))
+
+// pageObjects sets the Object of edges[i] to the one of rows[i], kept or
+// built (and kept), under the read lock.
+func (x *objIndex) pageObjects(edges []Edge, rows []*objRow) {
+	c := &x.labels.cache
+	var missBuf [128]int32
+	var setBuf [128]map[string]string
+	miss, sets := missBuf[:0], setBuf[:0]
+	c.mu.Lock()
+	for i, r := range rows {
+		if o := c.object(r); o != nil {
+			edges[i].Object = o
+			continue
+		}
+		miss = append(miss, int32(i))
+		var m map[string]string
+		if r.numLabels() > 0 {
+			m = c.set(r.labelBytes())
+		}
+		sets = append(sets, m)
+	}
+	c.mu.Unlock()
+	if len(miss) == 0 {
+		return
+	}
+	slab := &objSlab{objs: make([]Object, len(miss))}
+	for j, i := range miss {
+		o := &slab.objs[j]
+		x.fillFields(o, rows[i])
+		if o.Labels = sets[j]; o.Labels == nil {
+			o.Labels = x.labels.labelMap(rows[i])
+		}
+	}
+	c.mu.Lock()
+	for j, i := range miss {
+		r, o := rows[i], &slab.objs[j]
+		if sets[j] == nil && o.Labels != nil {
+			// An earlier row of the page, or another page meanwhile, may
+			// have kept a map of the same set: share that one.
+			if m := c.set(r.labelBytes()); m != nil {
+				o.Labels = m
+			} else {
+				c.mark(r)
+				c.putSet(r.labelBytes(), o.Labels)
+			}
+		}
+		// Another page may have kept an Object of r meanwhile: this one
+		// replaces it, equal to it.
+		c.putObject(r, pageObject{o: o, slab: slab})
+		edges[i].Object = o
+	}
+	c.mu.Unlock()
+}
+
+// object returns the kept Object of row r, nil when it has none.
+func (c *pageCache) object(r *objRow) *Object {
+	if po, ok := c.objs[r]; ok {
+		return po.o
+	}
+	po, ok := c.oldObjs[r]
+	if !ok {
+		return nil
+	}
+	c.putObject(r, po)
+	return po.o
+}
+
+// putObject keeps po as the Object of row r, charging its slab to the
+// current generation unless it was.
+func (c *pageCache) putObject(r *objRow, po pageObject) {
+	if len(c.objs) >= pageCacheGen || c.slabBytes >= pageObjectsBytes {
+		c.oldObjs, c.objs = c.objs, nil
+	}
+	if c.objs == nil {
+		// Sized: a generation is only ever dropped once full, and growing
+		// it cost a page of new rows about a tenth of its CPU.
+		c.objs = make(map[*objRow]pageObject, pageCacheGen)
+		c.gen++
+		c.slabBytes = 0
+	}
+	if po.slab.gen != c.gen {
+		po.slab.gen = c.gen
+		c.slabBytes += len(po.slab.objs) * int(unsafe.Sizeof(Object{}))
+	}
+	c.objs[r] = po
+}
+
+// set returns the map of a label set, nil when it is not kept.
+func (c *pageCache) set(set string) map[string]string {
+	if m, ok := c.sets[set]; ok {
+		return m
+	}
+	m, ok := c.oldSets[set]
+	if ok {
+		c.putSet(set, m)
+	}
+	return m
+}
+
+func (c *pageCache) putSet(set string, m map[string]string) {
+	if len(c.sets) >= pageCacheGen {
+		c.oldSets, c.sets = c.sets, nil
+	}
+	if c.sets == nil {
+		// Not sized: a generation dropped by a reset may have grown by a
+		// page or two only.
+		c.sets = map[string]map[string]string{}
+	}
+	c.sets[set] = m
+}
+
+// mark sets the bits of the pair ids of r's labels.
+func (c *pageCache) mark(r *objRow) {
+	for i := range r.numLabels() {
+		pid := r.label(i)
+		w := int(pid >> 6)
+		if w >= len(c.pids) {
+			c.pids = append(c.pids, make([]uint64, w+1-len(c.pids))...)
+		}
+		c.pids[w] |= 1 << (pid & 63)
+	}
+}
+
+// holds reports whether a kept set may have pair pid, under the write
+// lock.
+func (c *pageCache) holds(pid uint32) bool {
+	w := int(pid >> 6)
+	return w < len(c.pids) && c.pids[w]&(1<<(pid&63)) != 0
+}
+
+// resetSets drops every label map.
+func (c *pageCache) resetSets() {
+	c.mu.Lock()
+	c.sets, c.oldSets = nil, nil
+	clear(c.pids)
+	c.mu.Unlock()
+}

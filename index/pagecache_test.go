@@ -1,0 +1,251 @@
+package index
+
+import (
+	"fmt"
+	"maps"
+	"reflect"
+	"sync"
+	"testing"
+	"unsafe"
+)
+
+// TestPageLabelsShared checks that pages hand out one Labels map per label
+// set: a row read by two pages, and two rows with equal labels, share it;
+// a single Get builds its own.
+func TestPageLabelsShared(t *testing.T) {
+	s, _ := newTestStore(t)
+	labels := map[string]string{"app": "web", "tier": "front"}
+	for _, name := range []string{"a", "b"} {
+		mustNoErr(t, s.Upsert(ctxb, pod("c0", "ns0", name, StatusHealthy, labels)))
+	}
+	q := Query{Filter: Filter{Kinds: []string{"Pod"}}, Access: &Access{All: true}}
+	p1, err := s.Query(ctxb, q)
+	mustNoErr(t, err)
+	p2, err := s.Query(ctxb, q)
+	mustNoErr(t, err)
+	if len(p1.Edges) != 2 || len(p2.Edges) != 2 {
+		t.Fatalf("pages of %d and %d edges, want 2", len(p1.Edges), len(p2.Edges))
+	}
+	mapID := func(m map[string]string) uintptr { return reflect.ValueOf(m).Pointer() }
+	first := mapID(p1.Edges[0].Object.Labels)
+	for _, e := range append(p1.Edges, p2.Edges...) {
+		if !maps.Equal(e.Object.Labels, labels) {
+			t.Errorf("%s: labels %v, want %v", e.Object.Name, e.Object.Labels, labels)
+		}
+		if mapID(e.Object.Labels) != first {
+			t.Errorf("%s: a Labels map of its own, want the page's shared one", e.Object.Name)
+		}
+	}
+	o, ok := s.Get(p1.Edges[0].Object.Key())
+	if !ok || !maps.Equal(o.Labels, labels) || mapID(o.Labels) == first {
+		t.Errorf("Get: labels %v (shared %v), want %v in a map of its own", o.Labels, mapID(o.Labels) == first, labels)
+	}
+}
+
+// TestPageLabelsAfterPairReuse churns rows whose labels are their own, so
+// that label pair ids are reclaimed and reused for other pairs, reading a
+// page after every write: each page shows every row's labels as written,
+// never a map kept for the pair ids' earlier meaning.
+func TestPageLabelsAfterPairReuse(t *testing.T) {
+	const (
+		live  = 4
+		churn = 400
+	)
+	s, _ := newTestStore(t, WithReplayBuffer(8))
+	row := func(i int) Object {
+		return pod("c0", "ns0", fmt.Sprintf("p-%04d", i), StatusHealthy,
+			map[string]string{"app": fmt.Sprintf("v-%d", i), fmt.Sprintf("k-%d", i): "x", "tier": "web"})
+	}
+	q := Query{Filter: Filter{Kinds: []string{"Pod"}}, Access: &Access{All: true}}
+	for i := range churn {
+		mustNoErr(t, s.Upsert(ctxb, row(i)))
+		if i >= live {
+			old := row(i - live)
+			mustNoErr(t, s.Delete(ctxb, old.Key()))
+		}
+		page, err := s.Query(ctxb, q)
+		mustNoErr(t, err)
+		for _, e := range page.Edges {
+			var n int
+			if _, err := fmt.Sscanf(e.Object.Name, "p-%d", &n); err != nil {
+				t.Fatal(err)
+			}
+			if want := row(n).Labels; !maps.Equal(e.Object.Labels, want) {
+				t.Fatalf("after write %d: %s has labels %v, want %v", i, e.Object.Name, e.Object.Labels, want)
+			}
+		}
+	}
+	if n := s.x.labels.pairs.len(); n > churn {
+		t.Fatalf("label pair id space %d after %d rows of 2 own pairs: the test needs ids reused", n, churn)
+	}
+}
+
+// TestPageLabelsKeptAcrossReclaim churns the labels of a row no page
+// read, so that commits reclaim pair ids nobody paged: the maps pages
+// share survive them.
+func TestPageLabelsKeptAcrossReclaim(t *testing.T) {
+	const churn = 64
+	s, _ := newTestStore(t, WithReplayBuffer(8))
+	mustNoErr(t, s.Upsert(ctxb, pod("c0", "ns0", "a", StatusHealthy, map[string]string{"app": "web"})))
+	q := Query{Filter: Filter{Namespaces: []string{"ns0"}}, Access: &Access{All: true}}
+	p1, err := s.Query(ctxb, q)
+	mustNoErr(t, err)
+	for i := range churn {
+		mustNoErr(t, s.Upsert(ctxb, pod("c0", "ns1", "b", StatusHealthy, map[string]string{"rev": fmt.Sprint(i)})))
+	}
+	if n := s.x.labels.pairs.len(); n >= churn {
+		t.Fatalf("label pair id space %d after %d values: the test needs ids reclaimed", n, churn)
+	}
+	// A new row with the same labels: its Object is built, its Labels map
+	// is the kept one.
+	mustNoErr(t, s.Upsert(ctxb, pod("c0", "ns0", "a2", StatusHealthy, map[string]string{"app": "web"})))
+	p2, err := s.Query(ctxb, q)
+	mustNoErr(t, err)
+	mapID := func(m map[string]string) uintptr { return reflect.ValueOf(m).Pointer() }
+	if len(p1.Edges) != 1 || len(p2.Edges) != 2 || mapID(p1.Edges[0].Object.Labels) != mapID(p2.Edges[1].Object.Labels) {
+		t.Fatalf("the page's Labels map was built again after commits that reclaimed only pairs no page read")
+	}
+}
+
+// TestPageObjectsShared checks that pages hand out one Object per row: a
+// row read by two pages gets the same Object; a row updated in between
+// gets a new one showing the update, while the earlier page's Object is
+// unchanged; a single Get builds its own.
+func TestPageObjectsShared(t *testing.T) {
+	s, _ := newTestStore(t)
+	for _, name := range []string{"a", "b", "c"} {
+		mustNoErr(t, s.Upsert(ctxb, pod("c0", "ns0", name, StatusHealthy, map[string]string{"app": name})))
+	}
+	q := Query{Filter: Filter{Kinds: []string{"Pod"}}, Access: &Access{All: true}}
+	page := func() []Edge {
+		t.Helper()
+		p, err := s.Query(ctxb, q)
+		mustNoErr(t, err)
+		if len(p.Edges) != 3 {
+			t.Fatalf("%d edges, want 3", len(p.Edges))
+		}
+		return p.Edges
+	}
+	p1, p2 := page(), page()
+	for i := range p1 {
+		if p1[i].Object != p2[i].Object {
+			t.Errorf("%s: an Object of its own in the second page, want the first page's", p1[i].Object.Name)
+		}
+	}
+	b := pod("c0", "ns0", "b", StatusUnhealthy, map[string]string{"app": "b2"})
+	mustNoErr(t, s.Upsert(ctxb, b))
+	p3 := page()
+	for i, e := range p3 {
+		if (e.Object == p1[i].Object) == (e.Object.Name == "b") {
+			t.Errorf("%s: shares the first page's Object %v, want %v", e.Object.Name, e.Object == p1[i].Object, e.Object.Name != "b")
+		}
+	}
+	if o := p3[1].Object; o.Status != StatusUnhealthy || !maps.Equal(o.Labels, b.Labels) {
+		t.Errorf("b after its update: %s %v, want %s %v", o.Status, o.Labels, StatusUnhealthy, b.Labels)
+	}
+	if o := p1[1].Object; o.Status != StatusHealthy || o.Labels["app"] != "b" {
+		t.Errorf("the first page's b changed: %s %v", o.Status, o.Labels)
+	}
+	if o, ok := s.Get(p1[0].Object.Key()); !ok || o == p1[0].Object || o.Name != "a" {
+		t.Errorf("Get: the page's Object %v, want one of its own", o == p1[0].Object)
+	}
+}
+
+// TestPageObjectsBounded keeps Objects the worst way for memory: pages of
+// MaxPageSize new rows, each followed by a page of one row of every slab
+// built so far, so that old slabs stay reachable through one Object each.
+// The slabs the cache keeps alive stay within two generations' bound.
+func TestPageObjectsBounded(t *testing.T) {
+	const slabs = 40
+	var c pageCache
+	size := int(unsafe.Sizeof(Object{}))
+	var rows [][]*objRow
+	bound := 2 * (pageObjectsBytes + MaxPageSize*size)
+	for k := range slabs {
+		slab := &objSlab{objs: make([]Object, MaxPageSize)}
+		block := make([]*objRow, MaxPageSize)
+		for i := range block {
+			block[i] = &objRow{}
+			c.putObject(block[i], pageObject{o: &slab.objs[i], slab: slab})
+		}
+		rows = append(rows, block)
+		for j := range k {
+			if c.object(rows[j][0]) == nil {
+				c.putObject(rows[j][0], pageObject{o: new(Object), slab: &objSlab{objs: make([]Object, 1)}})
+			}
+		}
+		kept := map[*objSlab]bool{}
+		for _, gen := range []map[*objRow]pageObject{c.objs, c.oldObjs} {
+			if len(gen) > pageCacheGen {
+				t.Fatalf("after slab %d: a generation of %d Objects, want at most %d", k, len(gen), pageCacheGen)
+			}
+			for _, po := range gen {
+				kept[po.slab] = true
+			}
+		}
+		n := 0
+		for s := range kept {
+			n += len(s.objs) * size
+		}
+		if n > bound {
+			t.Fatalf("after slab %d: the kept Objects hold %d bytes of slabs alive, want at most %d", k, n, bound)
+		}
+	}
+}
+
+// TestPageObjectsConcurrent reads overlapping pages from several
+// goroutines while a writer changes rows (with the race detector, the
+// check that kept Objects are published safely): every Object a page
+// shows is one row's, whole: its labels and message were written together.
+func TestPageObjectsConcurrent(t *testing.T) {
+	const (
+		rows    = 300
+		readers = 3
+		writes  = 600
+	)
+	s, _ := newTestStore(t, WithReplayBuffer(16))
+	row := func(i, rev int) Object {
+		name := fmt.Sprintf("p-%03d", i)
+		o := pod("c0", fmt.Sprintf("ns%d", i%3), name, StatusHealthy, map[string]string{"name": name, "rev": fmt.Sprint(rev)})
+		o.Message = fmt.Sprint(rev)
+		return o
+	}
+	for i := range rows {
+		mustNoErr(t, s.Upsert(ctxb, row(i, 0)))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, readers)
+	done := make(chan struct{})
+	for g := range readers {
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-done:
+					errs <- nil
+					return
+				default:
+				}
+				q := Query{Filter: Filter{Namespaces: []string{fmt.Sprintf("ns%d", (g+n)%3)}}, First: 50 + 25*g, Access: &Access{All: true}}
+				p, err := s.Query(ctxb, q)
+				if err != nil {
+					errs <- err
+					return
+				}
+				for _, e := range p.Edges {
+					if o := e.Object; o.Labels["name"] != o.Name || o.Labels["rev"] != o.Message {
+						errs <- fmt.Errorf("%s: labels %v with message %q", o.Name, o.Labels, o.Message)
+						return
+					}
+				}
+			}
+		})
+	}
+	for n := range writes {
+		mustNoErr(t, s.Upsert(ctxb, row(n%rows, n+1)))
+	}
+	close(done)
+	wg.Wait()
+	for range readers {
+		mustNoErr(t, <-errs)
+	}
+}
