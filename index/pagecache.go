@@ -24,14 +24,19 @@ import (
 //     ReplicaSet) share one.
 //
 // Both are shared by every page that got them, so callers must not mutate
-// them (see Object). Each is two generations: an entry found only in the
-// older one moves to the newer, and a full newer generation becomes the
-// older, dropping the older. A generation holds at most pageCacheGen
-// entries; the Objects' generation also at most pageObjectsBytes of the
-// slabs its Objects were allocated in (a page allocates its new Objects
-// in one slab, which stays alive while any of them is kept), so the cache
-// holds a few MB at most. A kept entry keeps its row, or its row's bytes
-// for a label set, alive until dropped.
+// them (see Object). The Objects are a table of pageObjectSets sets of two
+// entries, the set picked by the row id, most recently used first: a
+// lookup is one array load and a pointer compare, where a map of rows
+// cost a page of new rows about 0.5 µs a row at 1M objects to look up and
+// keep. A page allocates its new Objects in one slab, which stays alive
+// while any of them is kept, so the table also counts the bytes of the
+// slabs it keeps alive and drops every entry when they pass
+// pageObjectsBytes (when evictions left many slabs nearly unused). The
+// label maps are two generations of pageCacheGen sets: a set found only
+// in the older one moves to the newer, and a full newer generation becomes
+// the older, dropping the older. So the cache holds a few MB at most. A
+// kept entry keeps its row, or its row's bytes for a label set, alive
+// until dropped.
 //
 // Pair ids are recycled, so a set's bytes can come to mean other labels:
 // pids marks the pair ids of the sets kept since the last reset, and a
@@ -48,11 +53,10 @@ import (
 // the label maps another page kept meanwhile).
 type pageCache struct {
 	mu sync.Mutex
-	// objs maps a row to its Object and the slab it was allocated in.
-	objs, oldObjs map[*objRow]pageObject
-	// gen numbers objs' generations, and slabBytes counts the bytes of the
-	// slabs charged to the current one.
-	gen       uint64
+	// objs is the table of Objects: set i is objs[2i:2i+2], allocated
+	// by the first page.
+	objs []pageObject
+	// slabBytes counts the bytes of the slabs objs keeps alive.
 	slabBytes int
 	// sets maps label bytes to a Labels map.
 	sets, oldSets map[string]map[string]string
@@ -61,8 +65,9 @@ type pageCache struct {
 	pids []uint64
 }
 
-// pageObject is a kept Object and the slab it lives in.
+// pageObject is a kept Object, its row and the slab it lives in.
 type pageObject struct {
+	r    *objRow
 	o    *Object
 	slab *objSlab
 }
@@ -70,18 +75,25 @@ type pageObject struct {
 // objSlab is the Objects a page built, allocated at once.
 type objSlab struct {
 	objs []Object
-	// gen is the generation of pageCache.objs the slab was last charged
-	// to.
-	gen uint64
+	// kept counts the entries of pageCache.objs that hold one of objs.
+	kept int
 }
 
-// pageCacheGen bounds the entries of one generation (4,000): a few pages
-// of MaxPageSize.
+// bytes returns the size of the slab's Objects.
+func (s *objSlab) bytes() int { return len(s.objs) * int(unsafe.Sizeof(Object{})) }
+
+// pageCacheGen bounds the label sets of one generation (4,000): a few
+// pages of MaxPageSize.
 const pageCacheGen = 4 * MaxPageSize
 
-// pageObjectsBytes bounds the slab bytes of one generation of Objects:
-// pageCacheGen Objects in slabs at least half kept (about 2.3 MB).
-const pageObjectsBytes = 2 * pageCacheGen * int(unsafe.Sizeof(Object{}))
+// pageObjectSets is the number of sets of the Objects' table (8,192
+// Objects, 196 KB of entries): two entries a set make it unlikely that
+// rows of one page evict each other (three of a 100-row page in one set).
+const pageObjectSets = 4096
+
+// pageObjectsBytes bounds the bytes of the slabs the table keeps alive:
+// as many Objects as it holds, in slabs at least half kept (about 4.7 MB).
+const pageObjectsBytes = 2 * 2 * pageObjectSets * int(unsafe.Sizeof(Object{}))
 
 // pageObjects sets the Object of edges[i] to the one of rows[i], kept or
 // built (and kept), under the read lock.
@@ -128,45 +140,66 @@ func (x *objIndex) pageObjects(edges []Edge, rows []*objRow) {
 				c.putSet(r.labelBytes(), o.Labels)
 			}
 		}
-		// Another page may have kept an Object of r meanwhile: this one
-		// replaces it, equal to it.
-		c.putObject(r, pageObject{o: o, slab: slab})
+		c.putObject(pageObject{r: r, o: o, slab: slab})
 		edges[i].Object = o
 	}
 	c.mu.Unlock()
 }
 
-// object returns the kept Object of row r, nil when it has none.
-func (c *pageCache) object(r *objRow) *Object {
-	if po, ok := c.objs[r]; ok {
-		return po.o
-	}
-	po, ok := c.oldObjs[r]
-	if !ok {
-		return nil
-	}
-	c.putObject(r, po)
-	return po.o
+// objectSet returns the set of the table that may hold row r.
+func (c *pageCache) objectSet(r *objRow) []pageObject {
+	i := 2 * int(r.rid%pageObjectSets)
+	return c.objs[i : i+2 : i+2]
 }
 
-// putObject keeps po as the Object of row r, charging its slab to the
-// current generation unless it was.
-func (c *pageCache) putObject(r *objRow, po pageObject) {
-	if len(c.objs) >= pageCacheGen || c.slabBytes >= pageObjectsBytes {
-		c.oldObjs, c.objs = c.objs, nil
-	}
+// object returns the kept Object of row r, nil when it has none.
+func (c *pageCache) object(r *objRow) *Object {
 	if c.objs == nil {
-		// Sized: a generation is only ever dropped once full, and growing
-		// it cost a page of new rows about a tenth of its CPU.
-		c.objs = make(map[*objRow]pageObject, pageCacheGen)
-		c.gen++
-		c.slabBytes = 0
+		return nil
 	}
-	if po.slab.gen != c.gen {
-		po.slab.gen = c.gen
-		c.slabBytes += len(po.slab.objs) * int(unsafe.Sizeof(Object{}))
+	set := c.objectSet(r)
+	if set[0].r == r {
+		return set[0].o
 	}
-	c.objs[r] = po
+	if set[1].r == r {
+		set[0], set[1] = set[1], set[0]
+		return set[0].o
+	}
+	return nil
+}
+
+// putObject keeps po, in place of the least recently used entry of its
+// set or of an entry of the same row (kept by another page meanwhile).
+func (c *pageCache) putObject(po pageObject) {
+	if c.objs == nil {
+		c.objs = make([]pageObject, 2*pageObjectSets)
+	}
+	set := c.objectSet(po.r)
+	if set[0].r == po.r {
+		set[0], set[1] = set[1], set[0]
+	}
+	c.release(&set[1])
+	set[1], set[0] = set[0], po
+	if po.slab.kept == 0 {
+		c.slabBytes += po.slab.bytes()
+	}
+	po.slab.kept++
+	if c.slabBytes > pageObjectsBytes {
+		for i := range c.objs {
+			c.release(&c.objs[i])
+		}
+	}
+}
+
+// release empties an entry of the table.
+func (c *pageCache) release(po *pageObject) {
+	if po.slab == nil {
+		return
+	}
+	if po.slab.kept--; po.slab.kept == 0 {
+		c.slabBytes -= po.slab.bytes()
+	}
+	*po = pageObject{}
 }
 
 // set returns the map of a label set, nil when it is not kept.

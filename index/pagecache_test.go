@@ -154,41 +154,41 @@ func TestPageObjectsShared(t *testing.T) {
 // TestPageObjectsBounded keeps Objects the worst way for memory: pages of
 // MaxPageSize new rows, each followed by a page of one row of every slab
 // built so far, so that old slabs stay reachable through one Object each.
-// The slabs the cache keeps alive stay within two generations' bound.
+// The slabs the table keeps alive stay within its bound, and each slab's
+// count of entries is right.
 func TestPageObjectsBounded(t *testing.T) {
 	const slabs = 40
 	var c pageCache
-	size := int(unsafe.Sizeof(Object{}))
 	var rows [][]*objRow
-	bound := 2 * (pageObjectsBytes + MaxPageSize*size)
+	bound := pageObjectsBytes + MaxPageSize*int(unsafe.Sizeof(Object{}))
 	for k := range slabs {
 		slab := &objSlab{objs: make([]Object, MaxPageSize)}
 		block := make([]*objRow, MaxPageSize)
 		for i := range block {
-			block[i] = &objRow{}
-			c.putObject(block[i], pageObject{o: &slab.objs[i], slab: slab})
+			block[i] = &objRow{rid: uint32(k*MaxPageSize + i)}
+			c.putObject(pageObject{r: block[i], o: &slab.objs[i], slab: slab})
 		}
 		rows = append(rows, block)
 		for j := range k {
-			if c.object(rows[j][0]) == nil {
-				c.putObject(rows[j][0], pageObject{o: new(Object), slab: &objSlab{objs: make([]Object, 1)}})
+			if r := rows[j][0]; c.object(r) == nil {
+				c.putObject(pageObject{r: r, o: new(Object), slab: &objSlab{objs: make([]Object, 1)}})
 			}
 		}
-		kept := map[*objSlab]bool{}
-		for _, gen := range []map[*objRow]pageObject{c.objs, c.oldObjs} {
-			if len(gen) > pageCacheGen {
-				t.Fatalf("after slab %d: a generation of %d Objects, want at most %d", k, len(gen), pageCacheGen)
-			}
-			for _, po := range gen {
-				kept[po.slab] = true
+		kept := map[*objSlab]int{}
+		for _, po := range c.objs {
+			if po.slab != nil {
+				kept[po.slab]++
 			}
 		}
 		n := 0
-		for s := range kept {
-			n += len(s.objs) * size
+		for s, entries := range kept {
+			n += s.bytes()
+			if s.kept != entries {
+				t.Fatalf("after slab %d: a slab counts %d entries, the table holds %d", k, s.kept, entries)
+			}
 		}
-		if n > bound {
-			t.Fatalf("after slab %d: the kept Objects hold %d bytes of slabs alive, want at most %d", k, n, bound)
+		if n != c.slabBytes || n > bound {
+			t.Fatalf("after slab %d: the kept Objects hold %d bytes of slabs alive (counted %d), want at most %d", k, n, c.slabBytes, bound)
 		}
 	}
 }
