@@ -3,6 +3,7 @@ package index
 import (
 	"math/bits"
 	"slices"
+	"unsafe"
 )
 
 // Posting list representation thresholds. A sorted uint32 array costs 4
@@ -22,15 +23,48 @@ const (
 // pairs of the 1M-object fleet are on one object; holding that member in
 // the struct spares the garbage collector 750k tiny arrays to mark.
 //
+// The struct is 24 bytes, not the 40 of a slice, a bitmap pointer and the
+// one member: one pointer is the array's first element or the bitmap, and
+// the counts say which. A label pair holds one (32 bytes a pair, not 48:
+// about 27 MB at 1M objects).
+//
 // It is not safe for concurrent use; the Store's lock guards it.
 type postings struct {
-	ids []uint32 // two or more members, without bm
-	bm  *bitmap
-	one uint32 // the only member plus one, or 0
-	// ord is the list's name order in its listOrders plus one, or 0 (in
-	// what was padding: a label pair still costs 48 bytes).
+	// ptr is nil for no member or one, the first element of the sorted
+	// array of n members and capacity c, or the *bitmap when c is dense.
+	ptr unsafe.Pointer
+	n   uint32 // members, but for a bitmap (bitmap.n)
+	c   uint32 // the array's capacity, dense, or the member when n is 1 and ptr nil
+	// ord is the list's name order in its listOrders plus one, or 0.
 	ord uint32
 }
+
+// dense is postings.c for a bitmap; no array has that capacity.
+const dense = ^uint32(0)
+
+// bitmap returns the bitmap of a dense list, nil for another.
+func (p *postings) bitmap() *bitmap {
+	if p.c == dense {
+		return (*bitmap)(p.ptr)
+	}
+	return nil
+}
+
+// ids returns the array of a list of two or more members, nil for another.
+func (p *postings) ids() []uint32 {
+	if p.ptr == nil || p.c == dense {
+		return nil
+	}
+	return unsafe.Slice((*uint32)(p.ptr), p.c)[:p.n]
+}
+
+// setIDs makes ids, two or more members, the list's array.
+func (p *postings) setIDs(ids []uint32) {
+	p.ptr, p.n, p.c = unsafe.Pointer(unsafe.SliceData(ids)), uint32(len(ids)), uint32(cap(ids))
+}
+
+// setOne makes id the list's only member.
+func (p *postings) setOne(id uint32) { p.ptr, p.n, p.c = nil, 1, id }
 
 // bitmap is the dense form of postings.
 type bitmap struct {
@@ -43,41 +77,40 @@ func (p *postings) len() int {
 	if p == nil {
 		return 0
 	}
-	if p.bm != nil {
-		return p.bm.n
+	if bm := p.bitmap(); bm != nil {
+		return bm.n
 	}
-	if p.one != 0 {
-		return 1
-	}
-	return len(p.ids)
+	return int(p.n)
 }
 
 // add inserts id; maxRows is the current size of the row id space.
 func (p *postings) add(id uint32, maxRows int) {
-	if p.bm != nil {
-		p.bm.set(id)
+	if bm := p.bitmap(); bm != nil {
+		bm.set(id)
 		return
 	}
 	switch {
-	case p.ids == nil && p.one == 0:
-		p.one = id + 1
+	case p.n == 0:
+		p.setOne(id)
 		return
-	case p.one == id+1:
+	case p.ptr == nil && p.c == id:
 		return
-	case p.one != 0:
-		p.ids, p.one = []uint32{min(p.one-1, id), max(p.one-1, id)}, 0
+	case p.ptr == nil:
+		p.setIDs([]uint32{min(p.c, id), max(p.c, id)})
 		return
 	}
-	if n := len(p.ids); n == 0 || p.ids[n-1] < id {
-		p.ids = append(p.ids, id)
+	ids := p.ids()
+	if n := len(ids); ids[n-1] < id {
+		ids = append(ids, id)
 	} else {
-		i, found := slices.BinarySearch(p.ids, id)
+		i, found := slices.BinarySearch(ids, id)
 		if found {
 			return
 		}
-		p.ids = slices.Insert(p.ids, i, id)
+		ids = slices.Insert(ids, i, id)
 	}
-	if n := len(p.ids); n >= postingsMinDense && n > maxRows/postingsDenseDiv {
+	p.setIDs(ids)
+	if n := len(ids); n >= postingsMinDense && n > maxRows/postingsDenseDiv {
 		p.toBits(maxRows)
 	}
 }
@@ -96,7 +129,7 @@ func (b *bitmap) set(id uint32) {
 
 // remove deletes id if present.
 func (p *postings) remove(id uint32) {
-	if b := p.bm; b != nil {
+	if b := p.bitmap(); b != nil {
 		w := int(id >> 6)
 		if w >= len(b.words) {
 			return
@@ -111,21 +144,25 @@ func (p *postings) remove(id uint32) {
 		}
 		return
 	}
-	if p.one != 0 {
-		if p.one == id+1 {
-			p.one = 0
+	if p.ptr == nil {
+		if p.n == 1 && p.c == id {
+			p.n, p.c = 0, 0
 		}
 		return
 	}
-	i, found := slices.BinarySearch(p.ids, id)
+	ids := p.ids()
+	i, found := slices.BinarySearch(ids, id)
 	if !found {
 		return
 	}
-	p.ids = slices.Delete(p.ids, i, i+1)
-	if len(p.ids) == 1 {
-		p.one, p.ids = p.ids[0]+1, nil
-	} else if cap(p.ids) > 64 && len(p.ids) < cap(p.ids)/4 {
-		p.ids = slices.Clip(slices.Clone(p.ids))
+	ids = slices.Delete(ids, i, i+1)
+	switch {
+	case len(ids) == 1:
+		p.setOne(ids[0])
+	case cap(ids) > 64 && len(ids) < cap(ids)/4:
+		p.setIDs(slices.Clip(slices.Clone(ids)))
+	default:
+		p.setIDs(ids)
 	}
 }
 
@@ -134,14 +171,14 @@ func (p *postings) has(id uint32) bool {
 	if p == nil {
 		return false
 	}
-	if b := p.bm; b != nil {
+	if b := p.bitmap(); b != nil {
 		w := int(id >> 6)
 		return w < len(b.words) && b.words[w]&(1<<(id&63)) != 0
 	}
-	if p.one != 0 {
-		return p.one == id+1
+	if p.ptr == nil {
+		return p.n == 1 && p.c == id
 	}
-	_, found := slices.BinarySearch(p.ids, id)
+	_, found := slices.BinarySearch(p.ids(), id)
 	return found
 }
 
@@ -151,7 +188,7 @@ func (p *postings) each(fn func(uint32) bool) bool {
 	if p == nil {
 		return true
 	}
-	if b := p.bm; b != nil {
+	if b := p.bitmap(); b != nil {
 		for w, word := range b.words {
 			for word != 0 {
 				i := bits.TrailingZeros64(word)
@@ -163,10 +200,10 @@ func (p *postings) each(fn func(uint32) bool) bool {
 		}
 		return true
 	}
-	if p.one != 0 {
-		return fn(p.one - 1)
+	if p.ptr == nil {
+		return p.n == 0 || fn(p.c)
 	}
-	for _, id := range p.ids {
+	for _, id := range p.ids() {
 		if !fn(id) {
 			return false
 		}
@@ -176,14 +213,14 @@ func (p *postings) each(fn func(uint32) bool) bool {
 
 func (p *postings) toBits(maxRows int) {
 	b := &bitmap{words: make([]uint64, 0, maxRows/64+1)}
-	for _, id := range p.ids {
+	for _, id := range p.ids() {
 		b.set(id)
 	}
-	p.bm, p.ids = b, nil
+	p.ptr, p.n, p.c = unsafe.Pointer(b), 0, dense
 }
 
 func (p *postings) toIDs() {
 	ids := make([]uint32, 0, p.len())
 	p.each(func(id uint32) bool { ids = append(ids, id); return true })
-	p.ids, p.bm = ids, nil
+	p.setIDs(ids)
 }
