@@ -31,9 +31,13 @@ type fleetgraphPeer struct {
 	admin *index.Access
 	// scopes get RoleBindings after the load (and its measurement), for
 	// the viewers of fleetgraph_http.
-	scopes          []*scope
-	rss0, peakAfter int64
-	heap            int64
+	scopes []*scope
+	// rss0 is the process's RSS before any store was loaded; rssAfter
+	// and peakAfter its RSS and peak RSS right after the load; heap the
+	// live heap the load added.
+	rss0, rssAfter, peakAfter int64
+	heap                      int64
+	objects                   int
 }
 
 // newFleetgraph returns an empty store; rss0 is the process's RSS before
@@ -79,7 +83,8 @@ func (p *fleetgraphPeer) load(ctx context.Context, f indextest.Fleet, _ int) err
 		return err
 	}
 	clear(byKind)
-	_, p.peakAfter, _ = procRSS(os.Getpid())
+	p.rssAfter, p.peakAfter, _ = procRSS(os.Getpid())
+	p.objects = f.Size()
 	p.heap = measure.LiveHeap() - heapBefore
 	return loadPolicy(ctx, p.s, f, p.scopes)
 }
@@ -93,9 +98,14 @@ func kindIndex(kind string) int {
 // store was loaded: the heap with the garbage collector's headroom, as a
 // server holds it (the generator's garbage included). The peak is the
 // whole process's, so sizes run in ascending order and a smaller size run
-// before adds nothing. The live heap is reported beside it.
+// before adds nothing. The RSS right after the load and the live heap are
+// reported beside it: with GOGC at 100 the heap may grow to twice the live
+// heap before a collection, and the runtime keeps what it grew to (see
+// BENCHMARKS.md's memory paragraph).
 func (p *fleetgraphPeer) size(context.Context) (int64, string, error) {
-	return p.peakAfter - p.rss0, fmt.Sprintf("peak RSS (VmHWM) after the load less the process's RSS before any load; live heap after it: %d MiB", p.heap>>20), nil
+	n := max(p.objects, 1)
+	return p.peakAfter - p.rss0, fmt.Sprintf("peak RSS (VmHWM) after the load less the process's RSS before any load; RSS (VmRSS) right after the load: %d B/object; live heap after it: %d B/object (%d MiB)",
+		(p.rssAfter-p.rss0)/int64(n), p.heap/int64(n), p.heap>>20), nil
 }
 
 func (p *fleetgraphPeer) get(_ context.Context, k index.Key) (string, error) {
