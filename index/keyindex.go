@@ -1,6 +1,9 @@
 package index
 
-import "hash/maphash"
+import (
+	"fmt"
+	"hash/maphash"
+)
 
 // keyIndex maps object keys to row ids. It holds the ids by a 64-bit hash
 // of the key rather than the key strings, so that it holds no pointers:
@@ -46,7 +49,12 @@ func (k *keyIndex) put(key string, rid uint32) {
 
 // delete removes key, stored as row rid.
 func (k *keyIndex) delete(key string, rid uint32) {
-	k.ids.remove(maphash.String(k.seed, key)&k.mask, rid)
+	if !k.ids.remove(maphash.String(k.seed, key)&k.mask, rid) {
+		// The caller found the row by this key: a miss means the table
+		// and the rows disagree, and a later lookup would fail far from
+		// the cause.
+		panic(fmt.Sprintf("index: key index has no row %d for key %q", rid, key))
+	}
 }
 
 // len returns the number of keys.
