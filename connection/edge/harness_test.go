@@ -72,6 +72,23 @@ func newHubHarness(t testing.TB, opts HubOptions) *hubHarness {
 	return h
 }
 
+// waitReleased waits until no session holds cluster's claim, and returns
+// when it saw that, which is no earlier than the release. A session's end
+// writes DISCONNECTED before it releases its claim, so that every outage
+// is reported even when a reconnect races the release: a test that next
+// claims the cluster as another instance waits for the release, not the
+// transition, or it is refused already_claimed now and then.
+func (h *hubHarness) waitReleased(t *testing.T, cluster string) time.Time {
+	t.Helper()
+	conntest.Eventually(t, 5*time.Second, "the claim of "+cluster+" released", func() error {
+		if s, _ := h.hub.active(cluster); s != nil {
+			return errString("a session holds it")
+		}
+		return nil
+	})
+	return time.Now()
+}
+
 // rawClient speaks the protocol by hand, to send what a real edge never
 // would.
 type rawClient struct {
