@@ -346,6 +346,57 @@ func TestDeltasBetweenSnapshotParts(t *testing.T) {
 	}
 }
 
+// TestSnapshotPendingTooLong: an edge that sends part 0 of a resync and
+// then only deltas, which are applied at once so that its cluster looks
+// live, is cut off once the snapshot has been pending for
+// MaxSnapshotPending, rather than keeping the snapshot's rows held
+// forever (review-s7-edge L2). What it applied stays.
+func TestSnapshotPendingTooLong(t *testing.T) {
+	const limit = 300 * time.Millisecond
+	h := newHubHarness(t, HubOptions{MaxSnapshotPending: limit})
+	c := dialRaw(t, h.url)
+	c.welcome("edge-a", "i", FeatureDeltasInSnapshot)
+	c.send(snapshotMsg(t, 1, []index.Object{cmRow("edge-a", "a", "1")}))
+	c.awaitAck(c.seq)
+	part0 := snapshotMsg(t, 2, []index.Object{cmRow("edge-a", "a", "1")})
+	part0.Snapshot.Final = false
+	start := time.Now()
+	c.send(part0)
+	c.awaitAck(c.seq)
+	// One delta per round trip until the manager answers with a reject.
+	// The messages are written by hand: the manager may close the
+	// connection while one is on its way, and the reject is read anyway.
+	for v := 2; ; v++ {
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("still welcome %s after part 0 of a snapshot that never ends (limit %s)", time.Since(start).Round(time.Millisecond), limit)
+		}
+		c.seq++
+		_, werr := c.conn.write(&Message{Type: TypeDelta, Seq: c.seq, Time: time.Now(), Delta: &Delta{
+			Upserts: rawRows(t, []index.Object{cmRow("edge-a", "b", fmt.Sprint(v))}),
+		}})
+		m, err := c.read()
+		if err != nil {
+			t.Fatalf("no reject: write %v, read %v", werr, err)
+		}
+		if m.Type == TypeAck {
+			continue
+		}
+		if m.Type != TypeReject || m.Reject.Reason != ReasonInvalid || !strings.Contains(m.Reject.Message, "snapshot 2 pending for over 300ms") {
+			t.Fatalf("got %s %+v, want an invalid reject saying snapshot 2 is pending", m.Type, m.Reject)
+		}
+		if took := time.Since(start); took < limit {
+			t.Errorf("rejected %s after part 0, before the limit, %s", took, limit)
+		}
+		_, _ = c.read() // the close frame, which answers the manager's
+		break
+	}
+	h.waitReleased(t, "edge-a")
+	got := names(t, h.store, "edge-a")
+	if want := []string{"ConfigMap/default/a", "ConfigMap/default/b"}; !slices.Equal(got, want) {
+		t.Errorf("rows after the reject: %v, want %v (the first snapshot's and the deltas')", got, want)
+	}
+}
+
 // TestDeltasDuringResyncs: a real edge collecting a real API server, which
 // resyncs every half second in parts of at most 16 KiB, sends the creates,
 // updates and deletes it sees between the parts; the manager never shows a

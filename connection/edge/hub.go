@@ -34,6 +34,13 @@ const (
 	// DefaultMaxSnapshotBytes bounds the rows of one snapshot the manager
 	// holds until the snapshot is complete: about half a million rows.
 	DefaultMaxSnapshotBytes = 512 << 20
+	// DefaultMaxSnapshotPending bounds how long a snapshot may stay
+	// incomplete, from its first part to its final one: the manager holds
+	// its rows (and what deltas wrote meanwhile) until then, and the
+	// cluster gets no resync's deletes. A paced resync of a snapshot at
+	// MaxSnapshotBytes (about 2,000 parts of 256 KiB, two per round trip)
+	// takes a few minutes over a 150 ms link; this is several times that.
+	DefaultMaxSnapshotPending = 15 * time.Minute
 	// DefaultHelloTimeout bounds the time from the upgrade to a complete
 	// Hello, however slowly its bytes come, so idle sockets cannot pile
 	// up.
@@ -100,14 +107,17 @@ type HubOptions struct {
 	// above. MaxSnapshotBytes counts what the decoded rows of a snapshot
 	// cost to hold while its parts arrive; what the deltas between its
 	// parts wrote may hold another eighth of it (wroteShare).
-	Grace            time.Duration
-	MaxMessageBytes  int
-	MaxSnapshotBytes int
-	Window           int
-	HelloTimeout     time.Duration
-	MaxHandshakes    int
-	PingInterval     time.Duration
-	PongWait         time.Duration
+	// MaxSnapshotPending (DefaultMaxSnapshotPending) bounds how long a
+	// snapshot may stay incomplete; past it the session ends (invalid).
+	Grace              time.Duration
+	MaxMessageBytes    int
+	MaxSnapshotBytes   int
+	MaxSnapshotPending time.Duration
+	Window             int
+	HelloTimeout       time.Duration
+	MaxHandshakes      int
+	PingInterval       time.Duration
+	PongWait           time.Duration
 	// Quotas bound what one edge may make the manager hold.
 	Quotas Quotas
 	// IsPull reports clusters collected in pull mode; an edge claiming
@@ -140,6 +150,7 @@ func (o *HubOptions) setDefaults() {
 	setDefault(&o.HelloTimeout, DefaultHelloTimeout)
 	setDefault(&o.PingInterval, DefaultPingInterval)
 	setDefault(&o.PongWait, DefaultPongWait)
+	setDefault(&o.MaxSnapshotPending, DefaultMaxSnapshotPending)
 	if o.MaxMessageBytes <= 0 {
 		o.MaxMessageBytes = DefaultMaxMessageBytes
 	}

@@ -144,7 +144,9 @@ const (
 	// ReasonInvalid: a Hello or message the protocol does not allow (a
 	// bad version, an empty cluster, a delta inside a snapshot of a
 	// session without FeatureDeltasInSnapshot, or with kinds, or with a
-	// key of a kind the snapshot does not sync, a row the index refuses).
+	// key of a kind the snapshot does not sync, a row the index refuses,
+	// a snapshot whose final part has not come within the manager's
+	// HubOptions.MaxSnapshotPending).
 	ReasonInvalid Reason = "invalid"
 	// ReasonMalformed: a frame that is not a JSON message of this
 	// protocol.

@@ -302,14 +302,36 @@ func (s *session) pingLoop(ctx context.Context) {
 }
 
 // applyLoop applies queued messages in order and acks each, until the
-// session is ended or ctx ends.
+// session is ended or ctx ends. A snapshot may stay incomplete for
+// MaxSnapshotPending (review-s7-edge L2): its rows, and what deltas wrote
+// meanwhile, are held until its final part, and with deltas flowing an
+// edge that never sends it would look healthy. When the time is up the
+// messages already queued are applied first (one may be the final part),
+// and any message after it ends the session too.
 func (s *session) applyLoop(ctx context.Context) error {
+	limit := s.h.opts.MaxSnapshotPending
+	var (
+		timed   *pendingSnapshot // the snapshot the timer runs for
+		started time.Time
+		timer   *time.Timer
+		expired <-chan time.Time
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
 			return rejectf(ReasonShutdown, "the manager is shutting down")
 		case <-s.stop:
 			return s.stopErr
+		case <-expired:
+			expired = nil
+			if len(s.queue) > 0 {
+				continue // the check follows the next message
+			}
 		case m := <-s.queue:
 			if err := s.apply(ctx, m); err != nil {
 				return err
@@ -317,6 +339,22 @@ func (s *session) applyLoop(ctx context.Context) error {
 			if err := s.write(&Message{Type: TypeAck, Ack: &Ack{Seq: m.Seq}}); err != nil {
 				return err
 			}
+		}
+		switch {
+		case s.snap == nil:
+			if timed != nil {
+				timer.Stop()
+				timed, expired = nil, nil
+			}
+		case s.snap != timed:
+			timed, started = s.snap, time.Now()
+			if timer != nil {
+				timer.Stop()
+			}
+			timer = time.NewTimer(limit)
+			expired = timer.C
+		case time.Since(started) >= limit:
+			return rejectf(ReasonInvalid, "snapshot %d pending for over %s: its final part did not come", s.snap.id, limit)
 		}
 	}
 }
