@@ -307,31 +307,26 @@ func (s *Store) Query(ctx context.Context, q Query) (*Page, error) {
 	page.Edges = make([]Edge, len(rows))
 	s.x.pageObjects(page.Edges, rows)
 	// The cursors are encoded into one buffer (one allocation instead of
-	// one per edge) and each edge's cursor is a slice of it.
+	// one per edge) and each edge's cursor is a string of its bytes:
+	// appending writes only past them, and a buffer an append outgrew is
+	// not written again.
 	var cursors []byte
 	encoded := len(rows)
 	if q.NoEdgeCursors {
 		encoded = min(encoded, 2)
 	}
-	ends := make([]int, len(rows))
 	for i, r := range rows {
 		page.Edges[i].Stale = stale[s.x.clusters.str(r.cid)]
 		if q.NoEdgeCursors && i != 0 && i != len(rows)-1 {
-			ends[i] = len(cursors) // an empty cursor
-			continue
+			continue // an empty cursor
 		}
 		sk := s.x.sortKeyOf(q.Order.Field, r)
 		if cursors == nil {
 			cursors = make([]byte, 0, encoded*base64.RawURLEncoding.EncodedLen(len(sk.key)+len(sk.str)+16))
 		}
+		start := len(cursors)
 		cursors = appendCursor(cursors, cursor{Field: q.Order.Field, Desc: q.Order.Desc, Str: sk.str, Num: sk.num, Key: sk.key})
-		ends[i] = len(cursors)
-	}
-	all := unsafe.String(unsafe.SliceData(cursors), len(cursors)) // cursors is not written again
-	start := 0
-	for i, end := range ends {
-		page.Edges[i].Cursor = all[start:end]
-		start = end
+		page.Edges[i].Cursor = unsafe.String(unsafe.SliceData(cursors[start:]), len(cursors)-start)
 	}
 	return page, nil
 }

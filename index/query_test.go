@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -645,5 +646,27 @@ func TestQueryErrors(t *testing.T) {
 	mustNoErr(t, err)
 	if p.TotalCount != 0 || len(p.Edges) != 0 {
 		t.Fatalf("nil access saw %d", p.TotalCount)
+	}
+}
+
+// TestEdgeCursorsResume checks every edge's cursor, not only the last: a
+// page read after edge i's cursor starts with edge i+1. Names grow along
+// the page, so the cursors outgrow the buffer sized from the first one.
+func TestEdgeCursorsResume(t *testing.T) {
+	s, _ := newTestStore(t)
+	for i := range 40 {
+		mustNoErr(t, s.Upsert(ctxb, pod("c0", "ns0", fmt.Sprintf("p%02d-%s", i, strings.Repeat("x", 4*i)), StatusHealthy, nil)))
+	}
+	for _, field := range allOrders {
+		q := Query{Order: Order{Field: field}, First: 40, Access: &Access{All: true}}
+		p, err := s.Query(ctxb, q)
+		mustNoErr(t, err)
+		for i, e := range p.Edges[:len(p.Edges)-1] {
+			next, err := s.Query(ctxb, Query{Order: q.Order, First: 1, After: e.Cursor, Access: q.Access})
+			mustNoErr(t, err)
+			if len(next.Edges) != 1 || next.Edges[0].Object != p.Edges[i+1].Object {
+				t.Fatalf("%s: the page after edge %d (%s) does not start with edge %d (%s)", field, i, e.Object.Name, i+1, p.Edges[i+1].Object.Name)
+			}
+		}
 	}
 }
