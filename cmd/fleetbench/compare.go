@@ -488,12 +488,12 @@ func workloads(f indextest.Fleet, q6a, q6b *scope) []workload {
 				return err
 			},
 		},
-		pageWorkload("Q2", "one kind in one namespace of one cluster, first 100 by name", func(i int) pageQuery {
+		pageWorkload("Q2", "one kind in one namespace of one cluster, first 100 by name (4,096 random keys in turn)", func(i int) pageQuery {
 			k := keys[i%len(keys)]
 			return pageQuery{cluster: k.Cluster, namespace: k.Namespace, kind: k.Kind, first: 100}
 		}),
-		pageWorkload("Q3", "kind=Kustomization status=UNHEALTHY, first 100 by name", func(int) pageQuery { return q3 }),
-		pageWorkload("Q4", "label selector app=v0, first 100 by name", func(int) pageQuery {
+		pageWorkload("Q3", "kind=Kustomization status=UNHEALTHY, first 100 by name (the same request every run)", func(int) pageQuery { return q3 }),
+		pageWorkload("Q4", "label selector app=v0, first 100 by name (the same request every run)", func(int) pageQuery {
 			return pageQuery{labelKey: "app", labelValue: "v0", first: 100}
 		}),
 		{
@@ -524,8 +524,8 @@ func workloads(f indextest.Fleet, q6a, q6b *scope) []workload {
 				return nil
 			},
 		},
-		pageWorkload("Q6a", fmt.Sprintf("Q3 for a viewer bound in %d namespaces", len(q6a.namespaces)), func(int) pageQuery { return q6aQ }),
-		pageWorkload("Q6b", fmt.Sprintf("Q3 for a viewer bound in %d namespaces", len(q6b.namespaces)), func(int) pageQuery { return q6bQ }),
+		pageWorkload("Q6a", fmt.Sprintf("Q3 for a viewer bound in %d namespaces (the same request every run)", len(q6a.namespaces)), func(int) pageQuery { return q6aQ }),
+		pageWorkload("Q6b", fmt.Sprintf("Q3 for a viewer bound in %d namespaces (the same request every run)", len(q6b.namespaces)), func(int) pageQuery { return q6bQ }),
 	}
 }
 

@@ -115,6 +115,14 @@ decoded answer, with the viewers' access computed by authz from RoleBindings in 
 answers Q1 with an objects query filtered by cluster, namespace, kind and nameContains (the API's
 object(...) reads the live cluster, not the index).
 
+What differs, in fleetgraph's favour: Q3, Q4, Q6a and Q6b (and the churn runs' Q3) send the
+same request on every run, and fleetgraph keeps the Objects its pages returned most recently
+(up to 8,192 rows, index/pagecache.go): from the second run on, such a page returns those
+Objects instead of building them, as a dashboard that keeps refreshing one view, or a second
+user of the same list, would see. The peers build every row of every answer (their caches hold
+pages of storage, not answers). Under churn a changed row gets a new Object. Q1 and Q2 look up
+4,096 random keys, so their rows are mostly built afresh.
+
 Memory per object is measured differently per store (each says how below): fleetgraph and
 Redis as growth of the process's RSS, PostgreSQL as relation plus index size (what it stores;
 its server's shared buffers are not counted), SQLite as file size. fleetgraph's figure is its
