@@ -26,6 +26,10 @@ type Access struct {
 	// Clusters holds what is visible per cluster. A cluster that is absent
 	// shows nothing.
 	Clusters map[string]*ClusterAccess
+
+	// byCID is Clusters resolved against the index it was last queried
+	// on (see viewerClusters): derived state, like ClusterAccess.ids.
+	byCID atomic.Pointer[viewerClusters]
 }
 
 // ClusterAccess is what a viewer may see in one cluster. An object is

@@ -613,8 +613,13 @@ type connection struct {
 
 const objectFields = `cluster group kind namespace name`
 
+// firstPageQuery also asks for the objects of every status: a status
+// filter makes the index consider its restricted-viewer source of the
+// clusters' (kind, status) lists filtered by namespace
+// (index.accessCellSource), which an unfiltered page never uses.
 const firstPageQuery = `query($first: Int) {
   objects(first: $first) { totalCount changesCursor pageInfo { hasNextPage endCursor } edges { node { ` + objectFields + ` } } }
+  byStatus: objects(first: 1000, filter: {statuses: [HEALTHY, PROGRESSING, UNHEALTHY, TERMINATING, UNKNOWN]}) { totalCount pageInfo { hasNextPage } edges { node { ` + objectFields + ` } } }
   facets { total statuses { value count } kinds { value count } clusters { value count } namespaces { value count } }
   clusters { name }
 }`
@@ -631,6 +636,8 @@ type answer struct {
 	facets     facets
 	clusters   []string
 	cursor     string
+	// byStatus is the first page of the objects of every status.
+	byStatus connection
 }
 
 type facets struct {
@@ -646,6 +653,7 @@ type facets struct {
 func (f *queryFleet) ask(tok string, pageSize int) (*answer, error) {
 	var first struct {
 		Objects  connection `json:"objects"`
+		ByStatus connection `json:"byStatus"`
 		Facets   facets     `json:"facets"`
 		Clusters []struct {
 			Name string `json:"name"`
@@ -654,7 +662,7 @@ func (f *queryFleet) ask(tok string, pageSize int) (*answer, error) {
 	if err := f.gql(tok, firstPageQuery, map[string]any{"first": pageSize}, &first); err != nil {
 		return nil, err
 	}
-	a := &answer{facets: first.Facets, cursor: first.Objects.ChangesCursor}
+	a := &answer{facets: first.Facets, cursor: first.Objects.ChangesCursor, byStatus: first.ByStatus}
 	for _, c := range first.Clusters {
 		a.clusters = append(a.clusters, c.Name)
 	}
@@ -705,6 +713,17 @@ func compare(e expectation, a *answer, pageSize int) []string {
 		if n != pageSize {
 			diffs = append(diffs, fmt.Sprintf("page %d of %d holds %d rows, want %d (only the last may be short)", i+1, len(a.pageSizes), n, pageSize))
 		}
+	}
+	if a.byStatus.TotalCount != len(want) {
+		diffs = append(diffs, fmt.Sprintf("totalCount of every status is %d, %d visible", a.byStatus.TotalCount, len(want)))
+	}
+	var byStatusIDs []string
+	for _, e := range a.byStatus.Edges {
+		byStatusIDs = append(byStatusIDs, e.Node.id())
+	}
+	slices.Sort(byStatusIDs)
+	if extra, missing := setDiff(byStatusIDs, want); len(extra) > 0 || (len(missing) > 0 && !a.byStatus.PageInfo.HasNextPage) {
+		diffs = append(diffs, fmt.Sprintf("objects of every status: shown but not visible %q; visible but not shown %q", extra, missing))
 	}
 	byStatus, byKind, byCluster, byNS := map[string]int{}, map[string]int{}, map[string]int{}, map[string]int{}
 	for _, o := range e.objects {
