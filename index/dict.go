@@ -673,7 +673,7 @@ type pairTable struct {
 	n     int
 }
 
-// pairPageBits sets the page size: 4,096 pairs, 192 KiB.
+// pairPageBits sets the page size: 4,096 pairs, 128 KiB.
 const pairPageBits = 12
 
 // at returns pair id, which must be below len.

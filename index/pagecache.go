@@ -1,6 +1,7 @@
 package index
 
 import (
+	"strings"
 	"sync"
 	"unsafe"
 )
@@ -34,9 +35,12 @@ import (
 // pageObjectsBytes (when evictions left many slabs nearly unused). The
 // label maps are two generations of pageCacheGen sets: a set found only
 // in the older one moves to the newer, and a full newer generation becomes
-// the older, dropping the older. So the cache holds a few MB at most. A
-// kept entry keeps its row, or its row's bytes for a label set, alive
-// until dropped.
+// the older, dropping the older. So the cache's own memory is a few MB at
+// most (the table, up to 4.7 MB of Objects, 8,000 maps), but it bounds
+// rows, not bytes: a kept Object keeps its row's data, owner references
+// and message alive until dropped, updated or deleted rows' too (about
+// 16,000 rows, 10-15 MB on the synthetic fleet, more with large rows).
+// A label set's key is a copy, so it keeps no row alive.
 //
 // Pair ids are recycled, so a set's bytes can come to mean other labels:
 // pids marks the pair ids of the sets kept since the last reset, and a
@@ -137,7 +141,7 @@ func (x *objIndex) pageObjects(edges []Edge, rows []*objRow) {
 				o.Labels = m
 			} else {
 				c.mark(r)
-				c.putSet(r.labelBytes(), o.Labels)
+				c.putSet(strings.Clone(r.labelBytes()), o.Labels)
 			}
 		}
 		c.putObject(pageObject{r: r, o: o, slab: slab})

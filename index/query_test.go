@@ -664,7 +664,7 @@ func TestEdgeCursorsResume(t *testing.T) {
 		for i, e := range p.Edges[:len(p.Edges)-1] {
 			next, err := s.Query(ctxb, Query{Order: q.Order, First: 1, After: e.Cursor, Access: q.Access})
 			mustNoErr(t, err)
-			if len(next.Edges) != 1 || next.Edges[0].Object != p.Edges[i+1].Object {
+			if len(next.Edges) != 1 || next.Edges[0].Object.Key() != p.Edges[i+1].Object.Key() {
 				t.Fatalf("%s: the page after edge %d (%s) does not start with edge %d (%s)", field, i, e.Object.Name, i+1, p.Edges[i+1].Object.Name)
 			}
 		}

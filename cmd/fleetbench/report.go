@@ -131,10 +131,10 @@ beside it, plus the garbage collector's headroom. With GOGC at 100 (the Go defau
 ` + "`fleetgraph serve`" + ` runs with) the heap may grow to twice the live heap before a collection, and
 the runtime keeps the pages it grew to: the peak after a load falls between 1x and 2x the live
 heap depending on where the last collection fell, the RSS right after the load (also reported)
-is the peak, and a server that keeps taking changes tends toward 2x. ` + "`fleetgraph serve`" + ` also sets
+is at most the peak, and a server that keeps taking changes tends toward 2x. ` + "`fleetgraph serve`" + ` also sets
 GOMEMLIMIT to 90%% of its container's memory limit (cmd/fleetgraph/memlimit.go), which narrows
 the headroom only in a container sized close to the live heap: bench-scale's 10M objects held
-6.97 GiB of RSS in an 8 GiB container, 1.4x the live heap, and an earlier build 11.62 GiB
+6.95 GiB of RSS in an 8 GiB container, 1.65x the live heap (session 8), and an earlier build 11.62 GiB
 without a limit, 2.6x its live heap (growing the per-row arrays copies them, and the runtime
 keeps some freed pages). So fleetgraph's RSS per object lies between its live heap and two to
 three times it, as the deployment's memory limit allows; the live heap is the store's own size,
