@@ -194,7 +194,7 @@ func sameRows(a, b []*index.Object) bool {
 // part has a bad row changes neither kind; a full snapshot that no longer
 // lists a kind retires it.
 func TestSnapshotAllOrNothingAcrossKinds(t *testing.T) {
-	h := newHubHarness(t, HubOptions{Grace: time.Millisecond})
+	h := newHubHarness(t, HubOptions{Grace: time.Nanosecond})
 	two := func(id uint64, cms, svcs []index.Object, full bool) []*Message {
 		return []*Message{
 			{Type: TypeSnapshot, Snapshot: &Snapshot{ID: id, Part: 0, Full: full, Kinds: []KindState{

@@ -336,12 +336,12 @@ func TestDeltasBetweenSnapshotParts(t *testing.T) {
 			if got, want := versions("edge-b"), "a@1 b@1 c@1 x@1"; got != want {
 				t.Errorf("rows after the reject: %s, want the first snapshot's, %s", got, want)
 			}
-			conntest.Eventually(t, 5*time.Second, "claim released", func() error {
-				if row, _ := h.store.GetCluster(nil, "edge-b"); row.State != index.StateDisconnected {
-					return errString("state " + string(row.State))
-				}
-				return nil
-			})
+			// The hub writes DISCONNECTED before it releases the claim:
+			// wait for the release, which the next subtest's claim needs.
+			h.waitReleased(t, "edge-b")
+			if row, _ := h.store.GetCluster(nil, "edge-b"); row.State != index.StateDisconnected {
+				t.Errorf("state %s after the reject, want %s", row.State, index.StateDisconnected)
+			}
 		})
 	}
 }
