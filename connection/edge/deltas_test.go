@@ -350,7 +350,8 @@ func TestDeltasBetweenSnapshotParts(t *testing.T) {
 // then only deltas, which are applied at once so that its cluster looks
 // live, is cut off once the snapshot has been pending for
 // MaxSnapshotPending, rather than keeping the snapshot's rows held
-// forever (review-s7-edge L2). What it applied stays.
+// forever (review-s7-edge L2). What it applied stays. An edge that goes
+// silent after part 0 is cut off at the deadline too.
 func TestSnapshotPendingTooLong(t *testing.T) {
 	const limit = 300 * time.Millisecond
 	h := newHubHarness(t, HubOptions{MaxSnapshotPending: limit})
@@ -394,6 +395,18 @@ func TestSnapshotPendingTooLong(t *testing.T) {
 	got := names(t, h.store, "edge-a")
 	if want := []string{"ConfigMap/default/a", "ConfigMap/default/b"}; !slices.Equal(got, want) {
 		t.Errorf("rows after the reject: %v, want %v (the first snapshot's and the deltas')", got, want)
+	}
+
+	// An edge that sends part 0 and then nothing at all: the deadline's
+	// timer ends the session, no message needs to come after it. Without
+	// the timer the read below gives up after 10 s of silence.
+	c = dialRaw(t, h.url)
+	c.welcome("edge-b", "i", FeatureDeltasInSnapshot)
+	part0 = snapshotMsg(t, 1, []index.Object{cmRow("edge-b", "a", "1")})
+	part0.Snapshot.Final = false
+	c.send(part0)
+	if rej := c.expectRejectMessage(ReasonInvalid); !strings.Contains(rej.Message, "snapshot 1 pending for over 300ms") {
+		t.Errorf("silent edge: rejected with %q, want snapshot 1 pending", rej.Message)
 	}
 }
 

@@ -63,12 +63,18 @@ type session struct {
 	gen    uint64 // the connection's generation in the claim's state machine; 0 until welcomed
 	snap   *pendingSnapshot
 	synced bool // a full snapshot has been applied
+	// snapTimer fires at the pending snapshot's deadline; applySnapshot
+	// resets it when a snapshot starts. Made by applyLoop.
+	snapTimer *time.Timer
 }
 
 // pendingSnapshot collects the parts of a snapshot until the final one.
 type pendingSnapshot struct {
-	id       uint64
-	next     int
+	id   uint64
+	next int
+	// deadline is when the final part must have come: the first part's
+	// arrival plus HubOptions.MaxSnapshotPending.
+	deadline time.Time
 	full     bool
 	kinds    map[kindID]KindState
 	order    []kindID
@@ -309,26 +315,16 @@ func (s *session) pingLoop(ctx context.Context) {
 // messages already queued are applied first (one may be the final part),
 // and any message after it ends the session too.
 func (s *session) applyLoop(ctx context.Context) error {
-	limit := s.h.opts.MaxSnapshotPending
-	var (
-		timed   *pendingSnapshot // the snapshot the timer runs for
-		started time.Time
-		timer   *time.Timer
-		expired <-chan time.Time
-	)
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	s.snapTimer = time.NewTimer(s.h.opts.MaxSnapshotPending)
+	s.snapTimer.Stop()
+	defer s.snapTimer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return rejectf(ReasonShutdown, "the manager is shutting down")
 		case <-s.stop:
 			return s.stopErr
-		case <-expired:
-			expired = nil
+		case <-s.snapTimer.C:
 			if len(s.queue) > 0 {
 				continue // the check follows the next message
 			}
@@ -340,21 +336,8 @@ func (s *session) applyLoop(ctx context.Context) error {
 				return err
 			}
 		}
-		switch {
-		case s.snap == nil:
-			if timed != nil {
-				timer.Stop()
-				timed, expired = nil, nil
-			}
-		case s.snap != timed:
-			timed, started = s.snap, time.Now()
-			if timer != nil {
-				timer.Stop()
-			}
-			timer = time.NewTimer(limit)
-			expired = timer.C
-		case time.Since(started) >= limit:
-			return rejectf(ReasonInvalid, "snapshot %d pending for over %s: its final part did not come", s.snap.id, limit)
+		if p := s.snap; p != nil && !time.Now().Before(p.deadline) {
+			return rejectf(ReasonInvalid, "snapshot %d pending for over %s: its final part did not come", p.id, s.h.opts.MaxSnapshotPending)
 		}
 	}
 }
@@ -408,8 +391,9 @@ func (s *session) applySnapshot(ctx context.Context, sn *Snapshot) error {
 		if q := s.h.opts.Quotas.KindsPerCluster; len(sn.Kinds) > q {
 			return quotaf("snapshot %d lists %d kinds; at most %d are allowed per cluster", sn.ID, len(sn.Kinds), q)
 		}
+		limit := s.h.opts.MaxSnapshotPending
 		p := &pendingSnapshot{
-			id: sn.ID, next: 1, full: sn.Full, metadata: sn.Metadata,
+			id: sn.ID, next: 1, deadline: time.Now().Add(limit), full: sn.Full, metadata: sn.Metadata,
 			kinds: map[kindID]KindState{}, rows: map[kindID][]index.Object{}, wrote: map[kindID]map[index.Key]deltaWrite{},
 		}
 		for i := range sn.Kinds {
@@ -425,6 +409,7 @@ func (s *session) applySnapshot(ctx context.Context, sn *Snapshot) error {
 			p.order = append(p.order, id)
 		}
 		s.snap = p
+		s.snapTimer.Reset(limit)
 	} else {
 		if sn.ID != s.snap.id || sn.Part != s.snap.next {
 			return rejectf(ReasonInvalid, "got snapshot %d part %d, expected snapshot %d part %d", sn.ID, sn.Part, s.snap.id, s.snap.next)
@@ -460,6 +445,7 @@ func (s *session) applySnapshot(ctx context.Context, sn *Snapshot) error {
 		return nil
 	}
 	s.snap = nil
+	s.snapTimer.Stop()
 	return s.commitSnapshot(ctx, p)
 }
 
