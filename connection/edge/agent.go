@@ -183,6 +183,7 @@ type Agent struct {
 type agentCounters struct {
 	sessions, rejects, messages, bytes, snapshots, parts, rows, tooBig atomic.Uint64
 	deltasInSnapshot                                                   atomic.Uint64
+	deltaBudgetSpent                                                   atomic.Uint64
 	lastReject                                                         atomic.Pointer[Reject]
 }
 
@@ -197,6 +198,12 @@ type AgentStats struct {
 	// DeltasInSnapshot counts deltas sent between the parts of a
 	// snapshot (FeatureDeltasInSnapshot).
 	DeltasInSnapshot uint64
+	// DeltaBudgetSpent counts snapshots during which the edge stopped
+	// sending deltas between the parts because they would have made the
+	// manager keep more than half its allowance
+	// (Welcome.MaxSnapshotDeltaBytes); the changes left waited for the
+	// snapshot's end.
+	DeltaBudgetSpent uint64
 	LastReject       *Reject
 }
 
@@ -286,7 +293,7 @@ func (a *Agent) Stats() AgentStats {
 	return AgentStats{
 		Sessions: s.sessions.Load(), Rejects: s.rejects.Load(), Messages: s.messages.Load(), Bytes: s.bytes.Load(),
 		Snapshots: s.snapshots.Load(), Parts: s.parts.Load(), Rows: s.rows.Load(), TooBig: s.tooBig.Load(),
-		DeltasInSnapshot: s.deltasInSnapshot.Load(), Coalesced: a.buf.coalesced.Load(), Overflows: a.buf.overflows.Load(), LastReject: s.lastReject.Load(),
+		DeltasInSnapshot: s.deltasInSnapshot.Load(), DeltaBudgetSpent: s.deltaBudgetSpent.Load(), Coalesced: a.buf.coalesced.Load(), Overflows: a.buf.overflows.Load(), LastReject: s.lastReject.Load(),
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -47,6 +48,10 @@ type agentSession struct {
 	// deltasInSnapshot: the manager's Welcome lists
 	// FeatureDeltasInSnapshot, so deltas go between a snapshot's parts.
 	deltasInSnapshot bool
+	// deltaAllowance is what the manager keeps at most of the deltas
+	// between one snapshot's parts (Welcome.MaxSnapshotDeltaBytes); each
+	// snapshot's deltaBudget is half of it.
+	deltaAllowance int
 }
 
 func newAgentSession(a *Agent, conn *conn, w *Welcome) *agentSession {
@@ -55,6 +60,10 @@ func newAgentSession(a *Agent, conn *conn, w *Welcome) *agentSession {
 		window: make(chan struct{}, w.Window), done: make(chan struct{}), sem: make(chan struct{}, maxDetailWorkers), acks: make(chan struct{}, 1),
 		seq: 1, acked: 1, // the Hello was 1, and the Welcome acknowledged it
 		deltasInSnapshot: slices.Contains(w.Features, FeatureDeltasInSnapshot),
+		deltaAllowance:   w.MaxSnapshotDeltaBytes,
+	}
+	if s.deltaAllowance <= 0 {
+		s.deltaAllowance = LegacyMaxSnapshotDeltaBytes
 	}
 	s.sent.Store(1)
 	s.ackedSeq.Store(1)
@@ -163,7 +172,7 @@ func (s *agentSession) stream(ctx context.Context) error {
 				return err
 			}
 		}
-		if _, err := s.sendChanges(ctx, errs, nil); err != nil {
+		if _, err := s.sendChanges(ctx, errs, nil, nil); err != nil {
 			return err
 		}
 		select {
@@ -181,10 +190,19 @@ func (s *agentSession) stream(ctx context.Context) error {
 // sendChanges sends every changed key of the kinds only lists (of every
 // kind when only is nil) as deltas of at most maxDeltaKeys keys, and kind
 // states with the first; it returns how many deltas it sent (none when
-// there is nothing to send).
-func (s *agentSession) sendChanges(ctx context.Context, kinds []KindState, only map[kindID]bool) (int, error) {
+// there is nothing to send). Between a snapshot's parts, budget bounds
+// what the deltas make the manager keep: once a key does not fit, it and
+// every change after it wait for the snapshot's end.
+func (s *agentSession) sendChanges(ctx context.Context, kinds []KindState, only map[kindID]bool, budget *deltaBudget) (int, error) {
+	var fits func(index.Key, *index.Object) bool
+	if budget != nil {
+		fits = budget.fits
+	}
 	for n := 0; ; n++ {
-		ups, dels := s.a.buf.takeDelta(maxDeltaKeys, only)
+		if budget != nil && budget.spent() {
+			return n, nil
+		}
+		ups, dels := s.a.buf.takeDelta(maxDeltaKeys, only, fits)
 		if len(ups)+len(dels)+len(kinds) == 0 {
 			return n, nil
 		}
@@ -195,11 +213,67 @@ func (s *agentSession) sendChanges(ctx context.Context, kinds []KindState, only 
 	}
 }
 
+// deltaBudgetShare: an edge lets the deltas between a snapshot's parts
+// make the manager keep at most 1/deltaBudgetShare of its allowance
+// (Welcome.MaxSnapshotDeltaBytes). The other half covers what the two
+// counts may differ by: the edge measures its own rows, the manager the
+// rows it decoded (review-s7-edge M3).
+const deltaBudgetShare = 2
+
+// deltaBudget keeps the deltas between one snapshot's parts within what
+// the manager allows (review-s7-edge M3). The manager keeps, until the
+// final part, the last write of each distinct key (writeCost each) and
+// ends the session with ReasonOversize past its allowance; a large
+// cluster that changes fast during a long (paced) resync would reach it
+// and reconnect into the same failure. The edge counts the same costs
+// and, once a key does not fit, sends nothing more between the parts:
+// those changes wait for the snapshot's end, as every change did before
+// FeatureDeltasInSnapshot. Owned by the session's run goroutine (fits is
+// called under the buffer's lock, from takeDelta).
+type deltaBudget struct {
+	limit int
+	used  int
+	keys  map[index.Key]int // what each key written during the snapshot costs the manager
+	full  bool              // a key did not fit
+}
+
+func newDeltaBudget(allowance int) *deltaBudget {
+	return &deltaBudget{limit: allowance / deltaBudgetShare, keys: map[index.Key]int{}}
+}
+
+// fits reports whether writing k (row, or nil for a delete) keeps the
+// manager within the budget, and counts it if so. A key written again
+// replaces its cost, as on the manager. Once one key does not fit, none
+// does.
+func (b *deltaBudget) fits(k index.Key, row *index.Object) bool {
+	if b.full {
+		return false
+	}
+	rowBytes := 0
+	if row != nil {
+		rowBytes, _ = rowCost(row, math.MaxInt)
+	}
+	cost := writeCost(k, row, rowBytes)
+	old := b.keys[k]
+	if b.used-old+cost > b.limit {
+		b.full = true
+		return false
+	}
+	b.used += cost - old
+	b.keys[k] = cost
+	return true
+}
+
+// spent reports whether a key did not fit: nothing more goes between the
+// snapshot's parts.
+func (b *deltaBudget) spent() bool { return b.full }
+
 // paceParts waits until the manager has acknowledged the part sent
 // resyncPartsInFlight parts ago (parts holds the sequence numbers of the
 // snapshot's parts so far), sending the changes of the kinds only lists as
-// they come meanwhile: a change does not wait for the next part to leave.
-func (s *agentSession) paceParts(ctx context.Context, parts []uint64, only map[kindID]bool) error {
+// they come meanwhile, within budget: a change does not wait for the next
+// part to leave.
+func (s *agentSession) paceParts(ctx context.Context, parts []uint64, only map[kindID]bool, budget *deltaBudget) error {
 	if len(parts) < resyncPartsInFlight {
 		return nil
 	}
@@ -208,7 +282,7 @@ func (s *agentSession) paceParts(ctx context.Context, parts []uint64, only map[k
 		select {
 		case <-s.acks:
 		case <-s.a.buf.wake:
-			n, err := s.sendChanges(ctx, nil, only)
+			n, err := s.sendChanges(ctx, nil, only, budget)
 			s.a.stats.deltasInSnapshot.Add(uint64(n))
 			if err != nil {
 				return err
@@ -276,6 +350,7 @@ func overhead(m *Message) (int, error) {
 func (s *agentSession) sendSnapshot(ctx context.Context, full, paced bool, kinds []KindState, rows []index.Object, md map[string]string) error {
 	synced := syncedKinds(kinds)
 	paced = paced && s.deltasInSnapshot
+	deltas := newDeltaBudget(s.deltaAllowance)
 	var parts []uint64 // sequence numbers of the parts sent, when paced
 	s.snapID++
 	sn := &Snapshot{ID: s.snapID, Full: full, Kinds: kinds, Metadata: md, Rows: []json.RawMessage{}}
@@ -292,7 +367,7 @@ func (s *agentSession) sendSnapshot(ctx context.Context, full, paced bool, kinds
 	flush := func(final bool) error {
 		sn.Final = final
 		if paced {
-			if err := s.paceParts(ctx, parts, synced); err != nil {
+			if err := s.paceParts(ctx, parts, synced, deltas); err != nil {
 				return err
 			}
 		}
@@ -311,7 +386,7 @@ func (s *agentSession) sendSnapshot(ctx context.Context, full, paced bool, kinds
 		if final || !s.deltasInSnapshot {
 			return nil
 		}
-		n, err := s.sendChanges(ctx, nil, synced)
+		n, err := s.sendChanges(ctx, nil, synced, deltas)
 		s.a.stats.deltasInSnapshot.Add(uint64(n))
 		return err
 	}
@@ -338,6 +413,9 @@ func (s *agentSession) sendSnapshot(ctx context.Context, full, paced bool, kinds
 		return err
 	}
 	s.a.stats.snapshots.Add(1)
+	if deltas.spent() {
+		s.a.stats.deltaBudgetSpent.Add(1)
+	}
 	return nil
 }
 

@@ -392,25 +392,35 @@ func (b *buffer) takeKinds() (snaps []kindSnapshot, errs []KindState) {
 // takeDelta removes up to max changed keys of the kinds only lists (of
 // every kind when only is nil) and returns the latest row of each, or its
 // key when the object is gone. Keys of other kinds stay changed, for a
-// later call.
-func (b *buffer) takeDelta(limit int, only map[kindID]bool) (upserts []index.Object, deletes []index.Key) {
+// later call. When fits is set, it is asked about each key before the key
+// is taken (with its row, or nil for a delete); the first key it refuses
+// ends the take and stays changed.
+func (b *buffer) takeDelta(limit int, only map[kindID]bool, fits func(index.Key, *index.Object) bool) (upserts []index.Object, deletes []index.Key) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for k := range b.dirty {
 		if len(upserts)+len(deletes) >= limit {
 			break
 		}
-		if only != nil && !only[idOf(k.Group, k.Kind)] {
+		id := idOf(k.Group, k.Kind)
+		if only != nil && !only[id] {
 			continue
 		}
-		delete(b.dirty, k)
-		if kr := b.kinds[idOf(k.Group, k.Kind)]; kr != nil {
+		var row *index.Object
+		if kr := b.kinds[id]; kr != nil {
 			if r, ok := kr.rows[objName{k.Namespace, k.Name}]; ok {
-				upserts = append(upserts, r)
-				continue
+				row = &r
 			}
 		}
-		deletes = append(deletes, k)
+		if fits != nil && !fits(k, row) {
+			break
+		}
+		delete(b.dirty, k)
+		if row != nil {
+			upserts = append(upserts, *row)
+		} else {
+			deletes = append(deletes, k)
+		}
 	}
 	return upserts, deletes
 }

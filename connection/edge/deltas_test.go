@@ -559,21 +559,21 @@ func TestTakeDeltaOfListedKinds(t *testing.T) {
 		}
 	}
 	only := syncedKinds([]KindState{{Kind: testKind, Synced: true}, {Kind: svcKind, Error: "forbidden"}})
-	ups, dels := b.takeDelta(100, only)
+	ups, dels := b.takeDelta(100, only, nil)
 	if len(ups) != 1 || ups[0].Key() != cm.Key() || len(dels) != 0 {
 		t.Errorf("during a snapshot syncing only ConfigMaps: took %v and deletes %v, want only %s", ups, dels, cm.Key())
 	}
-	ups, _ = b.takeDelta(100, nil)
+	ups, _ = b.takeDelta(100, nil, nil)
 	if len(ups) != 1 || ups[0].Key() != svc.Key() {
 		t.Errorf("after the snapshot: took %v, want the Service held back, %s", ups, svc.Key())
 	}
 	if err := b.Delete(t.Context(), cm.Key()); err != nil {
 		t.Fatal(err)
 	}
-	if ups, dels := b.takeDelta(100, syncedKinds([]KindState{{Kind: svcKind, Error: "forbidden"}})); len(ups)+len(dels) != 0 {
+	if ups, dels := b.takeDelta(100, syncedKinds([]KindState{{Kind: svcKind, Error: "forbidden"}}), nil); len(ups)+len(dels) != 0 {
 		t.Errorf("a snapshot syncing no kind took %v %v", ups, dels)
 	}
-	if _, dels := b.takeDelta(100, nil); len(dels) != 1 || dels[0] != cm.Key() {
+	if _, dels := b.takeDelta(100, nil, nil); len(dels) != 1 || dels[0] != cm.Key() {
 		t.Errorf("after it: took deletes %v, want %s", dels, cm.Key())
 	}
 }
@@ -597,6 +597,9 @@ type relayHub struct {
 	acks   chan uint64
 	finals int // snapshots whose final part the hub applied
 	parts  int // the most parts of one snapshot the hub applied
+	// allowance is the hub's Welcome.MaxSnapshotDeltaBytes, which the
+	// relay's own Welcome passes on.
+	allowance int
 }
 
 // relayWait bounds how long the relay waits for the edge's next message.
@@ -605,14 +608,22 @@ const relayWait = 30 * time.Second
 // newRelayHub starts a relay claiming cluster on a new hub and returns it
 // and the URL an agent dials.
 func newRelayHub(t *testing.T, cluster string, window int) (*relayHub, string) {
+	return newRelayHubWith(t, cluster, window, HubOptions{})
+}
+
+// newRelayHubWith is newRelayHub with a hub of the given options.
+func newRelayHubWith(t *testing.T, cluster string, window int, opts HubOptions) (*relayHub, string) {
 	// The relay reads from the hub only while it relays: the hub waits
 	// longer than the relay waits for the edge before it drops the relay.
-	h := newHubHarness(t, HubOptions{PongWait: 2 * relayWait})
+	opts.PongWait = 2 * relayWait
+	h := newHubHarness(t, opts)
 	r := &relayHub{t: t, h: h, msgs: make(chan *Message, 64), acks: make(chan uint64)}
 	r.hub = dialRaw(t, r.h.url)
-	if got := r.hub.welcome(cluster, "relay", FeatureDeltasInSnapshot); !slices.Equal(got, []string{FeatureDeltasInSnapshot}) {
-		t.Fatalf("the hub's welcome lists %v", got)
+	w := r.hub.hello(cluster, "relay", tokenFor(cluster), FeatureDeltasInSnapshot)
+	if w.Type != TypeWelcome || !slices.Equal(w.Welcome.Features, []string{FeatureDeltasInSnapshot}) {
+		t.Fatalf("the hub's answer to the relay: %s %+v %+v", w.Type, w.Welcome, w.Reject)
 	}
+	r.allowance = w.Welcome.MaxSnapshotDeltaBytes
 	done := make(chan struct{})
 	var served sync.WaitGroup
 	var conns atomic.Int32
@@ -651,7 +662,7 @@ func (r *relayHub) serve(w http.ResponseWriter, req *http.Request, window int, d
 	}
 	if _, err := c.write(&Message{Type: TypeWelcome, Seq: 1, Time: time.Now(), Welcome: &Welcome{
 		Version: ProtocolVersion, Session: "relay", MaxMessageBytes: DefaultMaxMessageBytes, Window: window,
-		Features: []string{FeatureDeltasInSnapshot},
+		Features: []string{FeatureDeltasInSnapshot}, MaxSnapshotDeltaBytes: r.allowance,
 	}}); err != nil {
 		r.t.Errorf("welcome: %v", err)
 		return
@@ -1067,4 +1078,102 @@ func TestKindSnapshotIsNotPaced(t *testing.T) {
 		r.pass(m)
 	}
 	r.settle(cluster, edgeVersions(a.buf), 2)
+}
+
+// TestDeltasKeepWithinTheAllowance: the manager announces what it keeps
+// of the deltas between a snapshot's parts (Welcome.MaxSnapshotDeltaBytes),
+// and an honest edge stays within half of it however much changes during a
+// snapshot: the changes that do not fit wait for the snapshot's end, and
+// the session lasts (review-s7-edge M3: a large cluster changing fast
+// during a long resync reached the limit and reconnected into the same
+// failure). An edge that ignores the allowance still gets a clear
+// oversize, its cluster's rows stay as they were, and the hub goes on
+// serving the honest edge.
+func TestDeltasKeepWithinTheAllowance(t *testing.T) {
+	const cluster = "edge-a"
+	ctx := t.Context()
+	// An allowance of 1 MiB (an eighth of the snapshot limit); the
+	// snapshot, about 2 MiB of JSON, goes out in 8 parts or more.
+	r, url := newRelayHubWith(t, cluster, 2, HubOptions{MaxSnapshotBytes: 8 << 20})
+	if want := (8 << 20) / wroteShare; r.allowance != want {
+		t.Fatalf("the hub's welcome announces an allowance of %d, want %d", r.allowance, want)
+	}
+	configMaps := versioned(testRows(cluster, 6000, ""), "1")
+	// New ConfigMaps made during the snapshot: the hub would keep half as
+	// much again as its allowance of them if the edge sent them all
+	// between the parts.
+	created := versioned(testRows(cluster, 9000, ""), "2")[6000:]
+	cost := 0
+	for i := range created {
+		c, err := r.h.hub.opts.Quotas.checkRow(&created[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		cost += writeCost(created[i].Key(), &created[i], c)
+	}
+	if cost < r.allowance*3/2 {
+		t.Fatalf("the changes would make the hub keep %d bytes, under 1.5 times its allowance of %d", cost, r.allowance)
+	}
+	a := startAgent(t, AgentOptions{
+		Manager: url, Cluster: cluster, PingInterval: 5 * time.Second, PongWait: time.Minute,
+		Resync: ResyncOptions{Interval: time.Hour}, // no periodic resync: the test counts snapshots
+	})
+	if err := a.buf.Replace(ctx, cluster, testKind, configMaps); err != nil {
+		t.Fatal(err)
+	}
+	a.buf.expect([]index.Kind{testKind})
+	// With part 1 held (a window of two), the edge waits before part 2 or
+	// 3; every change made now goes between later parts, or waits.
+	m := r.relayUntil("part 1 of the first snapshot", func(m *Message) bool {
+		return m.Type == TypeSnapshot && m.Snapshot.Part == 1
+	})
+	for _, o := range created {
+		if err := a.buf.Upsert(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.pass(m) // fails on a reject
+	r.settle(cluster, edgeVersions(a.buf), 1)
+	s := a.Stats()
+	t.Logf("agent: %d snapshots in %d parts, %d deltas between parts, budget spent in %d", s.Snapshots, s.Parts, s.DeltasInSnapshot, s.DeltaBudgetSpent)
+	if s.DeltasInSnapshot == 0 || s.DeltaBudgetSpent != 1 || r.parts < 8 {
+		t.Errorf("want deltas between the parts until the budget was spent, in one snapshot of 8 parts or more (%d): %+v", r.parts, s)
+	}
+
+	// The attacker: part 0 of a resync, then one delta deleting more
+	// distinct keys than the allowance holds.
+	c := dialRaw(t, r.h.url)
+	w := c.hello("edge-b", "i", tokenFor("edge-b"), FeatureDeltasInSnapshot)
+	if w.Type != TypeWelcome || w.Welcome.MaxSnapshotDeltaBytes != r.allowance {
+		t.Fatalf("the attacker's welcome: %s %+v", w.Type, w.Welcome)
+	}
+	c.send(snapshotMsg(t, 1, []index.Object{cmRow("edge-b", "a", "1")}))
+	c.awaitAck(c.seq)
+	part0 := snapshotMsg(t, 2, []index.Object{cmRow("edge-b", "a", "1")})
+	part0.Snapshot.Final = false
+	c.send(part0)
+	flood := &Delta{}
+	for spent := 0; spent <= r.allowance; {
+		o := cmRow("edge-b", fmt.Sprintf("gone-%d", len(flood.Deletes)), "")
+		k := o.Key()
+		flood.Deletes = append(flood.Deletes, k)
+		spent += writeCost(k, nil, 0)
+	}
+	c.send(&Message{Type: TypeDelta, Delta: flood})
+	rej := c.expectRejectMessage(ReasonOversize)
+	if !strings.Contains(rej.Message, fmt.Sprint(r.allowance)) {
+		t.Errorf("oversize reject %q does not name the allowance, %d", rej.Message, r.allowance)
+	}
+	if got, want := names(t, r.h.store, "edge-b"), []string{"ConfigMap/default/a"}; !slices.Equal(got, want) {
+		t.Errorf("the attacker's rows after the reject: %v, want %v", got, want)
+	}
+	// The hub still serves the honest edge.
+	changed := versioned(configMaps[:1], "3")[0]
+	if err := a.buf.Upsert(ctx, changed); err != nil {
+		t.Fatal(err)
+	}
+	r.settle(cluster, edgeVersions(a.buf), 1)
+	if s := a.Stats(); s.Sessions != 1 || s.Rejects != 0 {
+		t.Errorf("the honest edge's session did not last: %+v", s)
+	}
 }

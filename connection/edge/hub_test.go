@@ -399,7 +399,7 @@ func TestBufferCoalesces(t *testing.T) {
 	if err := b.Delete(ctx, rows[1].Key()); err != nil {
 		t.Fatal(err)
 	}
-	ups, dels := b.takeDelta(100, nil)
+	ups, dels := b.takeDelta(100, nil, nil)
 	if len(ups) != 1 || ups[0].ResourceVersion != "j" || len(dels) != 1 {
 		t.Fatalf("delta: %d upserts (%v), %d deletes; want the latest row and one delete", len(ups), ups, len(dels))
 	}
@@ -410,7 +410,7 @@ func TestBufferCoalesces(t *testing.T) {
 	if err := b.Upsert(ctx, rows[2]); err != nil {
 		t.Fatal(err)
 	}
-	if ups, dels := b.takeDelta(100, nil); len(ups)+len(dels) != 0 {
+	if ups, dels := b.takeDelta(100, nil, nil); len(ups)+len(dels) != 0 {
 		t.Fatalf("an unchanged row was queued: %v %v", ups, dels)
 	}
 	// Overflow: the pending set is dropped and a full snapshot is due.
@@ -422,7 +422,7 @@ func TestBufferCoalesces(t *testing.T) {
 	if !b.fullDue() || b.overflows.Load() != 1 {
 		t.Fatalf("overflow: full due %v, overflows %d", b.fullDue(), b.overflows.Load())
 	}
-	if ups, dels := b.takeDelta(100, nil); len(ups)+len(dels) != 0 {
+	if ups, dels := b.takeDelta(100, nil, nil); len(ups)+len(dels) != 0 {
 		t.Fatalf("pending keys kept after an overflow: %d", len(ups)+len(dels))
 	}
 	// Disconnected: nothing is tracked at all.

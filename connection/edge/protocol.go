@@ -125,7 +125,28 @@ type Welcome struct {
 	// Features lists the features of the Hello the manager speaks too:
 	// the ones the session uses.
 	Features []string `json:"features,omitempty"`
+	// MaxSnapshotDeltaBytes is the most the manager keeps of the deltas
+	// sent between one snapshot's parts (FeatureDeltasInSnapshot): for
+	// each distinct key they wrote, the decoded row it was last written
+	// with (or, for a delete, the key) and a fixed cost per key. Past it
+	// the session ends with ReasonOversize. An edge sends no more deltas
+	// between a snapshot's parts once they would make the manager keep
+	// over half of it; its other changes wait for the snapshot's end.
+	// Zero (a manager from before the field, which ignores it as every
+	// JSON field it does not know): the edge assumes
+	// LegacyMaxSnapshotDeltaBytes.
+	MaxSnapshotDeltaBytes int `json:"maxSnapshotDeltaBytes,omitempty"`
 }
+
+// LegacyMaxSnapshotDeltaBytes is the allowance an edge assumes for the
+// deltas between a snapshot's parts when the Welcome does not give one. A
+// manager from before Welcome.MaxSnapshotDeltaBytes allows an eighth of
+// its snapshot limit (64 MiB at the default of 512 MiB); assuming 8 MiB
+// keeps an edge safe against such a manager configured down to a 64 MiB
+// snapshot limit. The cost of assuming too little is small: the changes
+// that do not fit wait for the snapshot's end, as every change did
+// before FeatureDeltasInSnapshot.
+const LegacyMaxSnapshotDeltaBytes = 8 << 20
 
 // Reason is why a session was refused or ended.
 type Reason string
@@ -251,7 +272,8 @@ type KindState struct {
 // snapshot's end, because the snapshot would overrule them (a kind it does
 // not list is retired by a full snapshot's commit; a kind snapshot that
 // follows carries rows older than the change). What the manager keeps of
-// these deltas counts toward the snapshot's limit (ReasonOversize).
+// these deltas has its own limit, which the Welcome announces
+// (MaxSnapshotDeltaBytes; ReasonOversize past it).
 //
 // Readers see a delta between the parts before the snapshot's commit,
 // also during a session's first full snapshot, while the cluster is still

@@ -77,17 +77,27 @@ func quotaf(format string, args ...any) *RejectError {
 }
 
 // checkRow holds one row to the per-row quotas and returns what it costs
-// to hold decoded: the Object and every byte it points to, which is what
-// the snapshot bound counts (the JSON it came in can be much smaller, for
-// example many empty labels).
+// to hold decoded (rowCost), which is what the snapshot bound counts.
 func (q *Quotas) checkRow(o *index.Object) (int, error) {
 	if len(o.Labels) > q.LabelsPerRow {
 		return 0, quotaf("row %s has %d labels; at most %d are allowed", o.Key(), len(o.Labels), q.LabelsPerRow)
 	}
-	cost := int(unsafe.Sizeof(*o))
-	var over string
+	cost, over := rowCost(o, q.StringBytes)
+	if over != "" {
+		return 0, quotaf("row %s: %s; at most %d are allowed per string", o.Key(), over, q.StringBytes)
+	}
+	return cost, nil
+}
+
+// rowCost returns what a row costs to hold decoded: the Object and every
+// byte it points to (the JSON it came in can be much smaller, for example
+// many empty labels); and, when a string of it is over maxString bytes,
+// which one. The manager counts it against its snapshot limits, and the
+// edge counts the same for its deltas' budget (deltaBudget).
+func rowCost(o *index.Object, maxString int) (cost int, over string) {
+	cost = int(unsafe.Sizeof(*o))
 	str := func(what, s string) {
-		if len(s) > q.StringBytes && over == "" {
+		if len(s) > maxString && over == "" {
 			over = fmt.Sprintf("%s is %d bytes", what, len(s))
 		}
 		cost += len(s)
@@ -135,10 +145,7 @@ func (q *Quotas) checkRow(o *index.Object) (int, error) {
 		}
 		str("the role reference", p.RoleRef.Name)
 	}
-	if over != "" {
-		return 0, quotaf("row %s: %s; at most %d are allowed per string", o.Key(), over, q.StringBytes)
-	}
-	return cost, nil
+	return cost, over
 }
 
 // clusterCounts reads how many rows the index holds for a cluster, by

@@ -101,9 +101,15 @@ type pendingSnapshot struct {
 // and a bound on what a hostile edge adds to the rows' limit.
 const wroteShare = 8
 
-// wroteLimit is what the deltas inside a snapshot may hold, for a
-// snapshot limit of maxSnapshot bytes.
-func wroteLimit(maxSnapshot int) int { return max(maxSnapshot/wroteShare, 1) }
+// wroteLimit is what the deltas inside a snapshot may hold; the Welcome
+// announces it (MaxSnapshotDeltaBytes) to a session that uses
+// FeatureDeltasInSnapshot, and zero to one that does not.
+func (s *session) wroteLimit() int {
+	if !s.deltasInSnapshot {
+		return 0
+	}
+	return max(s.h.opts.MaxSnapshotBytes/wroteShare, 1)
+}
 
 // deltaWrite is what a delta inside a snapshot wrote for one key: its row,
 // or nil for a delete, and what keeping it costs.
@@ -117,6 +123,24 @@ type deltaWrite struct {
 // headers, a deltaWrite) and the map's own overhead.
 const entryCost = 128
 
+// writeCost is what keeping one key a delta wrote during a snapshot costs
+// the manager (pendingSnapshot.wroteBytes): the decoded row's cost
+// (rowCost, rowBytes here) or, for a delete (row nil), the key's own
+// strings, plus entryCost. An upsert's key shares its row's strings. The
+// edge counts the same against the Welcome's MaxSnapshotDeltaBytes
+// (deltaBudget).
+func writeCost(k index.Key, row *index.Object, rowBytes int) int {
+	if row == nil {
+		return keyBytes(k) + entryCost
+	}
+	return rowBytes + entryCost
+}
+
+// keyBytes is the length of a key's strings.
+func keyBytes(k index.Key) int {
+	return len(k.Cluster) + len(k.Group) + len(k.Kind) + len(k.Namespace) + len(k.Name)
+}
+
 // noteWrite records what a delta wrote for a key during the snapshot: a
 // copy of its row, or nil for a delete. It refuses a key of a kind the
 // snapshot does not sync (invalid: the edge holds such changes until the
@@ -128,13 +152,11 @@ func (p *pendingSnapshot) noteWrite(k index.Key, row *index.Object, cost, limit 
 	if ks, ok := p.kinds[idOf(k.Group, k.Kind)]; !ok || !ks.Synced {
 		return rejectf(ReasonInvalid, "a delta inside snapshot %d writes %s, of a kind the snapshot does not sync", p.id, k)
 	}
-	if row == nil {
-		cost = len(k.Cluster) + len(k.Group) + len(k.Kind) + len(k.Namespace) + len(k.Name)
-	} else {
+	cost = writeCost(k, row, cost)
+	if row != nil {
 		o := *row
 		row = &o
 	}
-	cost += entryCost // an upsert's key shares its row's strings; a delete's has its own
 	id := idOf(k.Group, k.Kind)
 	w := p.wrote[id]
 	if w == nil {
@@ -226,7 +248,7 @@ func (s *session) run(ctx context.Context) {
 
 	err := s.write(&Message{Type: TypeWelcome, Welcome: &Welcome{
 		Version: ProtocolVersion, Session: s.id, MaxMessageBytes: s.h.opts.MaxMessageBytes, Window: s.h.opts.Window,
-		Features: s.features,
+		Features: s.features, MaxSnapshotDeltaBytes: s.wroteLimit(),
 	}})
 	if err == nil {
 		s.log.Info("edge session started")
@@ -634,7 +656,7 @@ func (s *session) applyDelta(ctx context.Context, d *Delta) error {
 // the manager keep an unbounded flood of deltas during a snapshot, nor
 // rows nothing counts.
 func (s *session) noteWrites(p *pendingSnapshot, rows []index.Object, costs []int, deletes []index.Key) error {
-	limit := wroteLimit(s.h.opts.MaxSnapshotBytes)
+	limit := s.wroteLimit()
 	for i := range rows {
 		if err := p.noteWrite(rows[i].Key(), &rows[i], costs[i], limit); err != nil {
 			return err
