@@ -66,7 +66,7 @@ type buffer struct {
 	expected   []kindID // kinds discovery found; nil until the collector started
 	connected  bool
 	full       bool // a full snapshot is due
-	dirty      map[index.Key]struct{}
+	dirty      dirtySet
 	dirtyKinds map[kindID]struct{}
 	changes    int  // row changes since the last full snapshot
 	overflowed bool // the dirty set overflowed since the last full snapshot
@@ -80,7 +80,7 @@ var _ index.RowSink = (*buffer)(nil)
 func newBuffer(cluster string, maxDirty int) *buffer {
 	return &buffer{
 		cluster: cluster, maxDirty: maxDirty, wake: make(chan struct{}, 1),
-		kinds: map[kindID]*kindRows{}, dirty: map[index.Key]struct{}{}, dirtyKinds: map[kindID]struct{}{},
+		kinds: map[kindID]*kindRows{}, dirty: dirtySet{byKind: map[kindID]map[index.Key]struct{}{}}, dirtyKinds: map[kindID]struct{}{},
 	}
 }
 
@@ -118,18 +118,18 @@ func (b *buffer) markRow(k index.Key) {
 	if !b.connected || b.full {
 		return // the next full snapshot carries it
 	}
-	if _, ok := b.dirty[k]; ok {
+	if b.dirty.has(k) {
 		b.coalesced.Add(1)
 		return
 	}
-	if len(b.dirty) >= b.maxDirty {
+	if b.dirty.n >= b.maxDirty {
 		b.full, b.overflowed = true, true
-		clear(b.dirty)
+		b.dirty.clear()
 		clear(b.dirtyKinds)
 		b.overflows.Add(1)
 		return
 	}
-	b.dirty[k] = struct{}{}
+	b.dirty.add(k)
 }
 
 // markKind records that a kind's state changed. mu must be held.
@@ -289,7 +289,7 @@ func (b *buffer) setConnected(on bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.connected, b.full = on, true
-	clear(b.dirty)
+	b.dirty.clear()
 	clear(b.dirtyKinds)
 }
 
@@ -339,7 +339,7 @@ func (b *buffer) takeFull() fullSnapshot {
 	}
 	out.changes, out.overflowed = b.changes, b.overflowed
 	b.full, b.changes, b.overflowed = false, 0, false
-	clear(b.dirty)
+	b.dirty.clear()
 	clear(b.dirtyKinds)
 	return out
 }
@@ -379,11 +379,7 @@ func (b *buffer) takeKinds() (snaps []kindSnapshot, errs []KindState) {
 		for _, r := range kr.rows {
 			snap.rows = append(snap.rows, r)
 		}
-		for k := range b.dirty {
-			if k.Group == id.group && k.Kind == id.kind {
-				delete(b.dirty, k)
-			}
-		}
+		b.dirty.dropKind(id)
 		snaps = append(snaps, snap)
 	}
 	return snaps, errs
@@ -392,35 +388,99 @@ func (b *buffer) takeKinds() (snaps []kindSnapshot, errs []KindState) {
 // takeDelta removes up to max changed keys of the kinds only lists (of
 // every kind when only is nil) and returns the latest row of each, or its
 // key when the object is gone. Keys of other kinds stay changed, for a
-// later call. When fits is set, it is asked about each key before the key
-// is taken (with its row, or nil for a delete); the first key it refuses
-// ends the take and stays changed.
+// later call, and cost the call nothing: between a snapshot's parts it runs
+// on every change the collector reports, and a walk of every changed key
+// of every kind (a kind that just relisted has all its rows changed) held
+// the lock the collector waits on (review-s7-edge L1). When fits is set,
+// it is asked about each key before the key is taken (with its row, or nil
+// for a delete); the first key it refuses ends the take and stays changed.
 func (b *buffer) takeDelta(limit int, only map[kindID]bool, fits func(index.Key, *index.Object) bool) (upserts []index.Object, deletes []index.Key) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for k := range b.dirty {
-		if len(upserts)+len(deletes) >= limit {
-			break
-		}
-		id := idOf(k.Group, k.Kind)
-		if only != nil && !only[id] {
-			continue
-		}
-		var row *index.Object
-		if kr := b.kinds[id]; kr != nil {
-			if r, ok := kr.rows[objName{k.Namespace, k.Name}]; ok {
-				row = &r
+	take := func(id kindID) bool {
+		keys := b.dirty.byKind[id]
+		kr := b.kinds[id]
+		for k := range keys {
+			if len(upserts)+len(deletes) >= limit {
+				return false
+			}
+			var row *index.Object
+			if kr != nil {
+				if r, ok := kr.rows[objName{k.Namespace, k.Name}]; ok {
+					row = &r
+				}
+			}
+			if fits != nil && !fits(k, row) {
+				return false
+			}
+			b.dirty.remove(id, k)
+			if row != nil {
+				upserts = append(upserts, *row)
+			} else {
+				deletes = append(deletes, k)
 			}
 		}
-		if fits != nil && !fits(k, row) {
-			break
+		return true
+	}
+	if only == nil {
+		for id := range b.dirty.byKind {
+			if !take(id) {
+				break
+			}
 		}
-		delete(b.dirty, k)
-		if row != nil {
-			upserts = append(upserts, *row)
-		} else {
-			deletes = append(deletes, k)
+		return upserts, deletes
+	}
+	for id, ok := range only {
+		if ok && !take(id) {
+			break
 		}
 	}
 	return upserts, deletes
+}
+
+// dirtySet holds the keys changed since they were last sent, by kind, so
+// that a take of some kinds' keys never walks another kind's.
+type dirtySet struct {
+	byKind map[kindID]map[index.Key]struct{}
+	n      int // keys in all kinds
+}
+
+func (d *dirtySet) has(k index.Key) bool {
+	_, ok := d.byKind[idOf(k.Group, k.Kind)][k]
+	return ok
+}
+
+func (d *dirtySet) add(k index.Key) {
+	id := idOf(k.Group, k.Kind)
+	keys := d.byKind[id]
+	if keys == nil {
+		keys = map[index.Key]struct{}{}
+		d.byKind[id] = keys
+	}
+	if _, ok := keys[k]; !ok {
+		keys[k] = struct{}{}
+		d.n++
+	}
+}
+
+// remove drops k, of kind id. An emptied kind keeps its (empty) set, so a
+// kind that changes one key at a time does not allocate a set per change.
+func (d *dirtySet) remove(id kindID, k index.Key) {
+	keys := d.byKind[id]
+	if _, ok := keys[k]; !ok {
+		return
+	}
+	delete(keys, k)
+	d.n--
+}
+
+// dropKind drops every key of a kind.
+func (d *dirtySet) dropKind(id kindID) {
+	d.n -= len(d.byKind[id])
+	delete(d.byKind, id)
+}
+
+func (d *dirtySet) clear() {
+	clear(d.byKind)
+	d.n = 0
 }

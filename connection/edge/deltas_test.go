@@ -563,6 +563,9 @@ func TestTakeDeltaOfListedKinds(t *testing.T) {
 	if len(ups) != 1 || ups[0].Key() != cm.Key() || len(dels) != 0 {
 		t.Errorf("during a snapshot syncing only ConfigMaps: took %v and deletes %v, want only %s", ups, dels, cm.Key())
 	}
+	if b.dirty.n != 1 {
+		t.Errorf("%d keys changed after the take, want the Service's", b.dirty.n)
+	}
 	ups, _ = b.takeDelta(100, nil, nil)
 	if len(ups) != 1 || ups[0].Key() != svc.Key() {
 		t.Errorf("after the snapshot: took %v, want the Service held back, %s", ups, svc.Key())
@@ -575,6 +578,9 @@ func TestTakeDeltaOfListedKinds(t *testing.T) {
 	}
 	if _, dels := b.takeDelta(100, nil, nil); len(dels) != 1 || dels[0] != cm.Key() {
 		t.Errorf("after it: took deletes %v, want %s", dels, cm.Key())
+	}
+	if b.dirty.n != 0 {
+		t.Errorf("%d keys changed after taking every one", b.dirty.n)
 	}
 }
 

@@ -142,3 +142,32 @@ func BenchmarkTakeFull(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTakeDeltaOfOneKind measures a take between a snapshot's parts
+// (one kind listed) while another kind has 50,000 changed keys, as after
+// that kind relisted during the snapshot (review-s7-edge L1): one changed
+// ConfigMap is taken per run, and the pods' keys are never looked at.
+func BenchmarkTakeDeltaOfOneKind(b *testing.B) {
+	const pods = 50_000
+	buf := newBuffer("c", 2*pods)
+	buf.setConnected(true)
+	buf.takeFull()
+	if err := buf.Replace(context.Background(), "c", podKind, podRows("c", pods)); err != nil {
+		b.Fatal(err)
+	}
+	only := syncedKinds([]KindState{{Kind: testKind, Synced: true}})
+	row := testRows("c", 1, "1")[0]
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		row.ResourceVersion = fmt.Sprint(i)
+		if err := buf.Upsert(context.Background(), row); err != nil {
+			b.Fatal(err)
+		}
+		if ups, _ := buf.takeDelta(maxDeltaKeys, only, nil); len(ups) != 1 {
+			b.Fatalf("took %d rows, want the one ConfigMap", len(ups))
+		}
+	}
+	if buf.dirty.n != pods {
+		b.Fatalf("%d keys changed after the takes, want the %d pods", buf.dirty.n, pods)
+	}
+}

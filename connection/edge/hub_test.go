@@ -431,8 +431,8 @@ func TestBufferCoalesces(t *testing.T) {
 	if err := b.Upsert(ctx, rows[3]); err != nil {
 		t.Fatal(err)
 	}
-	if len(b.dirty) != 0 {
-		t.Fatalf("a disconnected buffer tracks %d keys", len(b.dirty))
+	if b.dirty.n != 0 {
+		t.Fatalf("a disconnected buffer tracks %d keys", b.dirty.n)
 	}
 	if err := b.Upsert(ctx, index.Object{Cluster: "other", Kind: "ConfigMap", Name: "x"}); err == nil {
 		t.Error("a row of another cluster was accepted")
