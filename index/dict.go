@@ -646,14 +646,40 @@ func (d *labelDict) held() int { return d.pairs.len() - len(d.rc.free) }
 
 // labelMap returns a new map of the labels of r, nil when it has none.
 func (d *labelDict) labelMap(r *objRow) map[string]string {
-	n := r.numLabels()
-	if n == 0 {
+	var buf [16]pairKV
+	return d.labelMapOf(d.appendPairs(buf[:0], r))
+}
+
+// pairKV is the key and value ids of a label pair.
+type pairKV struct{ kid, vid uint32 }
+
+// appendPairs appends the key and value ids of r's labels to dst.
+//
+// Building a Labels map reads each label's pair, a random load in a table
+// of about 54 MB at 1M objects, so mostly a cache miss; a map insert
+// between two of them keeps the processor from starting the next before
+// the last has arrived. This loop does nothing else, so its loads overlap:
+// a page gathers the pairs of all its new rows first, then builds their
+// maps from dst (labelMapOf). On compare's Q2 page at 1M objects (3.7
+// random rows, about 20 labels) that took the label maps from 6.4-8.2 to
+// 4.3-6.4 µs of CPU (profiles, loaded machine).
+func (d *labelDict) appendPairs(dst []pairKV, r *objRow) []pairKV {
+	for i := range r.numLabels() {
+		p := d.pairs.at(r.label(i))
+		dst = append(dst, pairKV{kid: p.kid, vid: p.vid})
+	}
+	return dst
+}
+
+// labelMapOf returns a new map of the labels whose ids appendPairs
+// returned, nil when there are none.
+func (d *labelDict) labelMapOf(kvs []pairKV) map[string]string {
+	if len(kvs) == 0 {
 		return nil
 	}
-	m := make(map[string]string, n)
-	for i := range n {
-		id := r.label(i)
-		m[d.key(id)] = d.value(id)
+	m := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		m[d.keys.str(kv.kid)] = d.values.str(kv.vid)
 	}
 	return m
 }

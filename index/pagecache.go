@@ -123,12 +123,22 @@ func (x *objIndex) pageObjects(edges []Edge, rows []*objRow) {
 	if len(miss) == 0 {
 		return
 	}
+	// The label pairs of every row to build are read first, in one pass
+	// whose cache misses overlap (see appendPairs).
+	var kvBuf [512]pairKV
+	kvs := kvBuf[:0]
+	for j, i := range miss {
+		if sets[j] == nil {
+			kvs = x.labels.appendPairs(kvs, rows[i])
+		}
+	}
 	slab := &objSlab{objs: make([]Object, len(miss))}
 	for j, i := range miss {
 		o := &slab.objs[j]
 		x.fillFields(o, rows[i])
 		if o.Labels = sets[j]; o.Labels == nil {
-			o.Labels = x.labels.labelMap(rows[i])
+			n := rows[i].numLabels()
+			o.Labels, kvs = x.labels.labelMapOf(kvs[:n]), kvs[n:]
 		}
 	}
 	c.mu.Lock()
