@@ -1,6 +1,7 @@
 package index
 
 import (
+	"hash/maphash"
 	"strings"
 	"sync"
 	"unsafe"
@@ -33,10 +34,13 @@ import (
 // while any of them is kept, so the table also counts the bytes of the
 // slabs it keeps alive and drops every entry when they pass
 // pageObjectsBytes (when evictions left many slabs nearly unused). The
-// label maps are two generations of pageCacheGen sets: a set found only
-// in the older one moves to the newer, and a full newer generation becomes
-// the older, dropping the older. So the cache's own memory is a few MB at
-// most (the table, up to 4.7 MB of Objects, 8,000 maps), but it bounds
+// label maps are a table of the same shape, pageSetSets sets of two
+// entries picked by a hash of the label bytes: two Go maps of label sets
+// (generations of 4,000) cost a page of random rows, whose sets are
+// mostly new, about 3 µs of its 20 at 1M objects, in hashing, probing and
+// growing maps whose entries were out of cache. So the cache's own memory
+// is a few MB at most (the tables, up to 4.7 MB of Objects, 8,192 maps),
+// but it bounds
 // rows, not bytes: a kept Object keeps its row's data, owner references
 // and message alive until dropped, updated or deleted rows' too (about
 // 16,000 rows, 10-15 MB on the synthetic fleet, more with large rows).
@@ -46,7 +50,8 @@ import (
 // pids marks the pair ids of the sets kept since the last reset, and a
 // commit that reclaims a marked pair drops every label map
 // (labelDict.recycle, under the write lock, when no read can hold a row
-// with the pair). Pairs of labels nobody paged lately are reclaimed on
+// with the pair) by moving to a new epoch: maps kept in an earlier one are
+// never found again, and go as new ones take their entries. Pairs of labels nobody paged lately are reclaimed on
 // nearly every commit under label churn, and drop nothing. Kept Objects
 // need no reset: a row that can be read still has the labels its Object
 // shows.
@@ -62,8 +67,12 @@ type pageCache struct {
 	objs []pageObject
 	// slabBytes counts the bytes of the slabs objs keeps alive.
 	slabBytes int
-	// sets maps label bytes to a Labels map.
-	sets, oldSets map[string]map[string]string
+	// sets is the table of Labels maps: set i is sets[2i:2i+2], allocated
+	// by the first page that keeps one, with seed.
+	sets []pageSet
+	seed maphash.Seed
+	// epoch is the epoch of the maps that can be found (see resetSets).
+	epoch uint32
 	// pids has a bit per pair id, set for the ids of the kept sets (and
 	// of sets dropped since the last reset).
 	pids []uint64
@@ -76,6 +85,16 @@ type pageObject struct {
 	slab *objSlab
 }
 
+// pageSet is a kept Labels map, the label bytes it shows (a copy of
+// objRow.labelBytes, so that it keeps no row alive), their hash and the
+// epoch it was kept in.
+type pageSet struct {
+	hash  uint32
+	epoch uint32
+	set   string
+	m     map[string]string
+}
+
 // objSlab is the Objects a page built, allocated at once.
 type objSlab struct {
 	objs []Object
@@ -86,9 +105,9 @@ type objSlab struct {
 // bytes returns the size of the slab's Objects.
 func (s *objSlab) bytes() int { return len(s.objs) * int(unsafe.Sizeof(Object{})) }
 
-// pageCacheGen bounds the label sets of one generation (4,000): a few
-// pages of MaxPageSize.
-const pageCacheGen = 4 * MaxPageSize
+// pageSetSets is the number of sets of the label maps' table (8,192
+// maps, 256 KB of entries), as many as the Objects' table holds.
+const pageSetSets = 4096
 
 // pageObjectSets is the number of sets of the Objects' table (8,192
 // Objects, 196 KB of entries): two entries a set make it unlikely that
@@ -113,11 +132,7 @@ func (x *objIndex) pageObjects(edges []Edge, rows []*objRow) {
 			continue
 		}
 		miss = append(miss, int32(i))
-		var m map[string]string
-		if r.numLabels() > 0 {
-			m = c.set(r.labelBytes())
-		}
-		sets = append(sets, m)
+		sets = append(sets, c.set(r.labelBytes()))
 	}
 	c.mu.Unlock()
 	if len(miss) == 0 {
@@ -147,12 +162,7 @@ func (x *objIndex) pageObjects(edges []Edge, rows []*objRow) {
 		if sets[j] == nil && o.Labels != nil {
 			// An earlier row of the page, or another page meanwhile, may
 			// have kept a map of the same set: share that one.
-			if m := c.set(r.labelBytes()); m != nil {
-				o.Labels = m
-			} else {
-				c.mark(r)
-				c.putSet(strings.Clone(r.labelBytes()), o.Labels)
-			}
+			o.Labels = c.keepSet(r, o.Labels)
 		}
 		c.putObject(pageObject{r: r, o: o, slab: slab})
 		edges[i].Object = o
@@ -216,28 +226,49 @@ func (c *pageCache) release(po *pageObject) {
 	*po = pageObject{}
 }
 
-// set returns the map of a label set, nil when it is not kept.
-func (c *pageCache) set(set string) map[string]string {
-	if m, ok := c.sets[set]; ok {
-		return m
+// labelSet returns the entries of the label maps' table that may hold
+// the map of label bytes set, and the hash they are kept under; nil
+// entries when the table has none yet.
+func (c *pageCache) labelSet(set string) ([]pageSet, uint32) {
+	if c.sets == nil {
+		return nil, 0
 	}
-	m, ok := c.oldSets[set]
-	if ok {
-		c.putSet(set, m)
-	}
-	return m
+	h := maphash.String(c.seed, set)
+	i := 2 * int(h%pageSetSets)
+	return c.sets[i : i+2 : i+2], uint32(h >> 32)
 }
 
-func (c *pageCache) putSet(set string, m map[string]string) {
-	if len(c.sets) >= pageCacheGen {
-		c.oldSets, c.sets = c.sets, nil
+// set returns the kept map of the label bytes set, nil when it has none
+// (or set is empty).
+func (c *pageCache) set(set string) map[string]string {
+	if set == "" {
+		return nil
+	}
+	es, h := c.labelSet(set)
+	for i := range es {
+		if e := &es[i]; e.m != nil && e.epoch == c.epoch && e.hash == h && e.set == set {
+			if i == 1 {
+				es[0], es[1] = es[1], es[0]
+			}
+			return es[0].m
+		}
+	}
+	return nil
+}
+
+// keepSet returns the kept map of r's labels if there is one, else keeps
+// m, a new map of them, and returns it.
+func (c *pageCache) keepSet(r *objRow, m map[string]string) map[string]string {
+	if kept := c.set(r.labelBytes()); kept != nil {
+		return kept
 	}
 	if c.sets == nil {
-		// Not sized: a generation dropped by a reset may have grown by a
-		// page or two only.
-		c.sets = map[string]map[string]string{}
+		c.sets, c.seed = make([]pageSet, 2*pageSetSets), maphash.MakeSeed()
 	}
-	c.sets[set] = m
+	c.mark(r)
+	es, h := c.labelSet(r.labelBytes())
+	es[1], es[0] = es[0], pageSet{hash: h, epoch: c.epoch, set: strings.Clone(r.labelBytes()), m: m}
+	return m
 }
 
 // mark sets the bits of the pair ids of r's labels.
@@ -259,10 +290,15 @@ func (c *pageCache) holds(pid uint32) bool {
 	return w < len(c.pids) && c.pids[w]&(1<<(pid&63)) != 0
 }
 
-// resetSets drops every label map.
+// resetSets drops every label map, by moving to a new epoch rather than
+// clearing the table: a commit may do it under the write lock, and
+// entries of earlier epochs are never found again. (After 2^32 epochs the
+// table is cleared, so that no entry comes back to the current one.)
 func (c *pageCache) resetSets() {
 	c.mu.Lock()
-	c.sets, c.oldSets = nil, nil
+	if c.epoch++; c.epoch == 0 {
+		clear(c.sets)
+	}
 	clear(c.pids)
 	c.mu.Unlock()
 }

@@ -107,6 +107,30 @@ func TestPageLabelsKeptAcrossReclaim(t *testing.T) {
 	}
 }
 
+// TestPageLabelsEpochWrap checks that a label map kept in an epoch is not
+// found again when the epoch counter comes back to it after 2^32 resets.
+func TestPageLabelsEpochWrap(t *testing.T) {
+	s, _ := newTestStore(t)
+	mustNoErr(t, s.Upsert(ctxb, pod("c0", "ns0", "a", StatusHealthy, map[string]string{"app": "web"})))
+	p, err := s.Query(ctxb, Query{Access: &Access{All: true}})
+	mustNoErr(t, err)
+	c := &s.x.labels.cache
+	r := s.x.get(objectKey(p.Edges[0].Object.Key()))
+	if c.set(r.labelBytes()) == nil {
+		t.Fatal("the page kept no label map")
+	}
+	c.resetSets()
+	if c.set(r.labelBytes()) != nil {
+		t.Fatal("a label map is found after a reset")
+	}
+	c.epoch = ^uint32(0) - 1 // the map's epoch less one: the next reset is the 2^32nd
+	c.resetSets()
+	c.resetSets()
+	if c.set(r.labelBytes()) != nil {
+		t.Fatal("a label map kept 2^32 resets ago is found again")
+	}
+}
+
 // TestPageObjectsShared checks that pages hand out one Object per row: a
 // row read by two pages gets the same Object; a row updated in between
 // gets a new one showing the update, while the earlier page's Object is
