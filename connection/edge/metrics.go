@@ -17,6 +17,7 @@ type hubMetrics struct {
 	bytesOut      *prometheus.CounterVec
 	lag           prometheus.Histogram
 	snapshotApply prometheus.Histogram
+	pendingBytes  prometheus.Gauge
 	transitions   *prometheus.CounterVec
 	details       *prometheus.CounterVec
 }
@@ -49,6 +50,10 @@ func newHubMetrics() *hubMetrics {
 			Name: "fleetgraph_edge_snapshot_apply_seconds", Help: "Time to apply a complete snapshot to the index.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 8),
 		}),
+		pendingBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fleetgraph_edge_pending_snapshot_bytes",
+			Help: "Bytes held for edge snapshots whose final part has not come: their decoded rows and what deltas wrote meanwhile, as MaxSnapshotBytes counts them.",
+		}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetgraph_edge_state_transitions_total", Help: "Push-mode cluster state transitions, by the state entered.",
 		}, []string{"cluster", "state"}),
@@ -61,7 +66,7 @@ func newHubMetrics() *hubMetrics {
 func (m *hubMetrics) register(r prometheus.Registerer) error {
 	for _, c := range []prometheus.Collector{
 		m.sessions, m.handshakes, m.rejects, m.messages, m.bytesIn, m.bytesOut,
-		m.lag, m.snapshotApply, m.transitions, m.details,
+		m.lag, m.snapshotApply, m.pendingBytes, m.transitions, m.details,
 	} {
 		if err := r.Register(c); err != nil {
 			return fmt.Errorf("register edge metrics: %w", err)

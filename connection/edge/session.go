@@ -66,6 +66,8 @@ type session struct {
 	// snapTimer fires at the pending snapshot's deadline; applySnapshot
 	// resets it when a snapshot starts. Made by applyLoop.
 	snapTimer *time.Timer
+	// held is what this session adds to the pending snapshots' gauge.
+	held int
 }
 
 // pendingSnapshot collects the parts of a snapshot until the final one.
@@ -340,6 +342,7 @@ func (s *session) applyLoop(ctx context.Context) error {
 	s.snapTimer = time.NewTimer(s.h.opts.MaxSnapshotPending)
 	s.snapTimer.Stop()
 	defer s.snapTimer.Stop()
+	defer s.holding(nil)
 	for {
 		select {
 		case <-ctx.Done():
@@ -351,7 +354,9 @@ func (s *session) applyLoop(ctx context.Context) error {
 				continue // the check follows the next message
 			}
 		case m := <-s.queue:
-			if err := s.apply(ctx, m); err != nil {
+			err := s.apply(ctx, m)
+			s.holding(s.snap)
+			if err != nil {
 				return err
 			}
 			if err := s.write(&Message{Type: TypeAck, Ack: &Ack{Seq: m.Seq}}); err != nil {
@@ -362,6 +367,17 @@ func (s *session) applyLoop(ctx context.Context) error {
 			return rejectf(ReasonInvalid, "snapshot %d pending for over %s: its final part did not come", p.id, s.h.opts.MaxSnapshotPending)
 		}
 	}
+}
+
+// holding sets what the session holds for a pending snapshot (nil: none)
+// in the pending snapshots' gauge.
+func (s *session) holding(p *pendingSnapshot) {
+	n := 0
+	if p != nil {
+		n = p.bytes + p.wroteBytes
+	}
+	s.h.metrics.pendingBytes.Add(float64(n - s.held))
+	s.held = n
 }
 
 func (s *session) apply(ctx context.Context, m *Message) error {
