@@ -1,0 +1,135 @@
+package gcpolicy
+
+import (
+	"bytes"
+	"log/slog"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const mib = 1 << 20
+
+// TestPercent: the Go default while the heap is small, the floor's share
+// in between, Headroom once the heap is large.
+func TestPercent(t *testing.T) {
+	def := Default()
+	for _, c := range []struct {
+		name string
+		p    Policy
+		live uint64
+		want int
+	}{
+		{"unknown heap", def, 0, 100},
+		{"tiny heap", def, 1 * mib, 100},
+		{"at the floor", def, 64 * mib, 100},
+		{"twice the floor", def, 128 * mib, 50},
+		{"three times the floor, rounded up", def, 192 * mib, 34},
+		{"where Headroom takes over", def, 256 * mib, 25},
+		{"1M objects", def, 511 * mib, 25},
+		{"10M objects", def, 4600 * mib, 25},
+		{"off", Policy{Floor: DefaultFloor}, 4600 * mib, 100},
+		{"no floor", Policy{Headroom: 50}, 1 * mib, 50},
+		{"headroom 100 is the Go default", Policy{Headroom: 100, Floor: DefaultFloor}, 4600 * mib, 100},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := c.p.Percent(c.live); got != c.want {
+				t.Errorf("Percent(%d MiB) = %d, want %d", c.live/mib, got, c.want)
+			}
+		})
+	}
+}
+
+// TestStartOff: GOGC in the environment wins over the policy, and so does
+// a headroom of 0; neither changes the GC percent or arms the hook.
+func TestStartOff(t *testing.T) {
+	for _, c := range []struct {
+		name, gogc string // gogc "": not in the environment
+		headroom   int
+		logged     string
+	}{
+		{"GOGC set", "150", DefaultHeadroom, "GOGC is set"},
+		{"GOGC=off", "off", DefaultHeadroom, "GOGC is set"},
+		{"headroom 0", "", 0, "gc headroom 0"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.gogc != "" {
+				t.Setenv("GOGC", c.gogc)
+			}
+			before := debug.SetGCPercent(100)
+			defer debug.SetGCPercent(before)
+			var log bytes.Buffer
+			tu, err := Start(Policy{Headroom: c.headroom, Floor: 1}, slog.New(slog.NewTextHandler(&log, nil)))
+			if err != nil || tu != nil {
+				t.Fatalf("Start = %v, %v; want no tuner and no error", tu, err)
+			}
+			runtime.GC()
+			if got := int(readUint64(gogcMetric)); got != 100 {
+				t.Errorf("GC percent %d after a collection, want it left at 100", got)
+			}
+			if !strings.Contains(log.String(), "gc policy off") || !strings.Contains(log.String(), c.logged) {
+				t.Errorf("log %q does not say the policy is off because of %q", log.String(), c.logged)
+			}
+		})
+	}
+}
+
+func TestStartRejectsBadHeadroom(t *testing.T) {
+	for _, h := range []int{-1, 101} {
+		if _, err := Start(Policy{Headroom: h}, slog.New(slog.DiscardHandler)); err == nil {
+			t.Errorf("headroom %d: no error", h)
+		}
+	}
+}
+
+// TestTunerFollowsCollections: after each collection the percent is the
+// policy's for the live heap (a 1-byte floor, so any heap is large), and
+// Stop restores the percent Start found. Each step waits for the hook's
+// own report, not for a clock.
+func TestTunerFollowsCollections(t *testing.T) {
+	before := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(before)
+	applied := make(chan int, 1)
+	tu := start(Policy{Headroom: 30, Floor: 1}, func(pct int) {
+		select {
+		case applied <- pct:
+		default: // a collection the test did not ask for
+		}
+	})
+	for i := range 3 { // the hook re-arms itself
+		runtime.GC()
+		if pct := <-applied; pct != 30 {
+			t.Fatalf("collection %d: the hook set %d, want 30", i, pct)
+		}
+		if got := int(readUint64(gogcMetric)); got != 30 {
+			t.Fatalf("collection %d: GC percent %d, want 30", i, got)
+		}
+	}
+	tu.Stop()
+	select {
+	case <-applied: // a collection before Stop that the test did not ask for
+	default:
+	}
+	if got := int(readUint64(gogcMetric)); got != 100 {
+		t.Fatalf("after Stop: GC percent %d, want the 100 Start found", got)
+	}
+	// A collection's hook queued before Stop may still run after it: it
+	// must set nothing (called here directly, so the test need not wait
+	// for the runtime's cleanup goroutine).
+	tu.cycle()
+	if got := int(readUint64(gogcMetric)); got != 100 {
+		t.Fatalf("a hook run after Stop set the GC percent to %d", got)
+	}
+	select {
+	case pct := <-applied:
+		t.Fatalf("a hook ran after Stop and applied %d", pct)
+	default:
+	}
+	var nilTuner *Tuner
+	nilTuner.Stop()
+}
