@@ -137,7 +137,10 @@ func (t *Tuner) arm() {
 }
 
 // cycle runs after each collection: it sets the percent for the live heap
-// that collection marked and arms for the next.
+// that collection marked and arms for the next. A sentinel allocated while
+// the next collection is already marking survives it (new objects are
+// allocated marked), so under back-to-back collections the policy may skip
+// one; it never acts on a stale reading.
 func (t *Tuner) cycle() {
 	t.mu.Lock()
 	if t.stopped {
@@ -149,11 +152,13 @@ func (t *Tuner) cycle() {
 		debug.SetGCPercent(pct)
 		t.last = pct
 	}
+	t.arm()
 	if t.applied != nil {
-		t.applied(pct) // under mu, so none is reported after Stop returns
+		// Under mu and after arm: no report after Stop returns, and a
+		// collection the test starts after a report finds the sentinel.
+		t.applied(pct)
 	}
 	t.mu.Unlock()
-	t.arm()
 }
 
 // The runtime/metrics the Tuner reads (Go 1.21+).
