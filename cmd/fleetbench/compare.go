@@ -194,7 +194,8 @@ type compareOptions struct {
 	report     string
 	chart      string
 	verbose    bool
-	rss0       int64 // the process's RSS before any store was loaded
+	rss0       int64  // the process's RSS before any store was loaded
+	gcHeadroom string // gc_headroom in the size line: a percent, or "off"
 }
 
 // runCompare is fleetbench compare: see the package doc and BENCHMARKS.md.
@@ -212,9 +213,18 @@ func runCompare(ctx context.Context, args []string) error {
 	fs.StringVar(&o.report, "report", "", "write the Markdown report (BENCHMARKS.md) here")
 	fs.StringVar(&o.chart, "chart", "", "write the PNG chart of p50 per workload and store here")
 	fs.BoolVar(&o.verbose, "v", false, "progress on stderr")
+	gcHeadroom := gcFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	// Before anything is loaded: fleetgraph's peak RSS is measured over
+	// its load, under the policy serve runs.
+	gc, gcHow, err := startGCPolicy(*gcHeadroom)
+	if err != nil {
+		return err
+	}
+	defer gc.Stop()
+	o.gcHeadroom = gcHeadroomKey(*gcHeadroom)
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n <= 0 || n%10000 != 0 {
@@ -246,7 +256,7 @@ func runCompare(ctx context.Context, args []string) error {
 	if err := errors.Join(os.MkdirAll(o.workDir, 0o755), os.Chmod(o.workDir, 0o755)); err != nil {
 		return err
 	}
-	rep := &report{args: args, started: time.Now(), loadStart: loadAverage()}
+	rep := &report{args: args, started: time.Now(), loadStart: loadAverage(), gc: gcHow}
 	for _, n := range o.sizes {
 		res, err := compareSize(ctx, o, n)
 		if err != nil {
@@ -288,6 +298,10 @@ type sizeResult struct {
 	versions  map[string]string
 	schemas   map[string]string
 	descs     map[string]string
+	// fleetgraph's live heap per object after its load, and the GC policy
+	// it ran under (gc_headroom: a percent, or "off").
+	heap       float64
+	gcHeadroom string
 }
 
 type latency struct {
@@ -299,6 +313,12 @@ type churnResult struct {
 	rate     float64 // updates applied per second
 	p50, p99 time.Duration
 	queries  int
+	// gcShare is the share of the process's CPU capacity (GOMAXPROCS x
+	// the run's wall clock) the Go runtime estimates it spent collecting
+	// garbage, and gcCycles the collections: fleetgraph's own cost, as
+	// the store runs in this process (for the other stores, the clients').
+	gcShare  float64
+	gcCycles uint64
 }
 
 // compareSize loads one fleet size into every store and measures it.
@@ -313,7 +333,7 @@ func compareSize(ctx context.Context, o compareOptions, n int) (*sizeResult, err
 		objects: n, latency: map[string]map[string]latency{}, rows: map[string]int{},
 		loadS: map[string]float64{}, bytes: map[string]float64{}, bytesHow: map[string]string{},
 		churn: map[string]churnResult{}, versions: map[string]string{}, schemas: map[string]string{},
-		descs: map[string]string{},
+		descs: map[string]string{}, gcHeadroom: o.gcHeadroom,
 	}
 	// Q6 restrictions: a team viewer bound in 50 namespaces of 10
 	// clusters (q6a) and one bound in 200 namespaces of every cluster,
@@ -379,6 +399,9 @@ func compareSize(ctx context.Context, o compareOptions, n int) (*sizeResult, err
 			return nil, fmt.Errorf("%s: size: %w", name, err)
 		}
 		res.bytes[name], res.bytesHow[name] = float64(b)/float64(n), how
+		if p == ref {
+			res.heap = float64(ref.heap) / float64(n)
+		}
 		logf("%s loaded in %.1fs, %.0f bytes/object (%s)", name, res.loadS[name], res.bytes[name], how)
 	}
 
@@ -421,7 +444,7 @@ func compareSize(ctx context.Context, o compareOptions, n int) (*sizeResult, err
 				return nil, fmt.Errorf("%s churn: %w", p.name(), err)
 			}
 			res.churn[p.name()] = c
-			logf("churn %s: %.0f updates/s, q3 p50 %v p99 %v over %d queries", p.name(), c.rate, c.p50, c.p99, c.queries)
+			logf("churn %s: %.0f updates/s, q3 p50 %v p99 %v over %d queries; process GC %.1f%% of its CPU capacity, %d cycles", p.name(), c.rate, c.p50, c.p99, c.queries, 100*c.gcShare, c.gcCycles)
 		}
 	}
 	printSize(res, o.churnRate)
@@ -619,6 +642,7 @@ func churnRun(ctx context.Context, p peer, q3 workload, updates []index.Object, 
 		}
 	}()
 	var ds []time.Duration
+	gc0 := readGCStats()
 	start := time.Now()
 	for i := 0; time.Since(start) < d && ctx.Err() == nil; i++ {
 		t := time.Now()
@@ -634,6 +658,7 @@ func churnRun(ctx context.Context, p peer, q3 workload, updates []index.Object, 
 	}
 	elapsed := time.Since(start)
 	n := applied.Load()
+	gc := readGCStats().since(gc0)
 	cancel()
 	wg.Wait()
 	if werr != nil {
@@ -643,7 +668,10 @@ func churnRun(ctx context.Context, p peer, q3 workload, updates []index.Object, 
 		return churnResult{}, errors.New("no query finished")
 	}
 	slices.Sort(ds)
-	return churnResult{rate: float64(n) / elapsed.Seconds(), p50: ds[len(ds)/2], p99: ds[len(ds)*99/100], queries: len(ds)}, nil
+	return churnResult{
+		rate: float64(n) / elapsed.Seconds(), p50: ds[len(ds)/2], p99: ds[len(ds)*99/100], queries: len(ds),
+		gcShare: gc.share(), gcCycles: gc.cycles,
+	}, nil
 }
 
 func us(d time.Duration) string { return strconv.FormatFloat(float64(d.Nanoseconds())/1e3, 'f', 1, 64) }
@@ -694,6 +722,7 @@ func printSize(res *sizeResult, churnRate int) {
 			fmt.Fprintf(&b, " %s=%.0f", s, v)
 		}
 	}
+	fmt.Fprintf(&b, " fleetgraph_heap_bytes_per_object=%.0f gc_headroom=%s", res.heap, res.gcHeadroom)
 	fmt.Println(b.String())
 	if len(res.churn) == 0 {
 		return
@@ -716,6 +745,9 @@ func printSize(res *sizeResult, churnRate int) {
 		if c, ok := res.churn[s]; ok {
 			fmt.Fprintf(&b, " %s=%s", s, us(c.p99))
 		}
+	}
+	if c, ok := res.churn["fleetgraph"]; ok {
+		fmt.Fprintf(&b, " fleetgraph_gc_cpu_pct=%.1f fleetgraph_gc_cycles=%d", 100*c.gcShare, c.gcCycles)
 	}
 	fmt.Println(b.String())
 }

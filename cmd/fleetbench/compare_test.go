@@ -51,7 +51,7 @@ func TestCompareSmall(t *testing.T) {
 	if !strings.HasSuffix(string(md), "\n"+kept) || strings.Contains(string(md), "# old figures") {
 		t.Errorf("the report does not end with the kept sections, or kept the old figures:\n%s", md)
 	}
-	for _, want := range []string{"## 10000 objects", "| Q6b |", "### postgres_jsonb", "### redis", "| sqlite |"} {
+	for _, want := range []string{"## 10000 objects", "| Q6b |", "### postgres_jsonb", "### redis", "| sqlite |", "Garbage-collection policy of the fleetbench process"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q", want)
 		}

@@ -46,6 +46,9 @@ func runIndex(ctx context.Context, args []string) error {
 // -container-memory of memory (8 GiB by default): serve then sets the Go
 // runtime's soft limit (GOMEMLIMIT) to 90% of it, and so does this run;
 // memory_limit_gib in the line says which container it was (0: none).
+// Both modes run fleetgraph serve's garbage-collection policy
+// (internal/gcpolicy; -gc-headroom 0 for the Go default), and gc_headroom
+// in the line says which.
 func runScale(ctx context.Context, args []string) error {
 	return indexBench(ctx, "scale", args)
 }
@@ -70,6 +73,7 @@ func indexBench(ctx context.Context, mode string, args []string) error {
 	queryProfile := fs.String("qcpuprofile", "", "write a CPU profile of the query phase (Q1..Q6, not churn) to this file")
 	churnProfile := fs.String("churncpuprofile", "", "write a CPU profile of the churn phase to this file")
 	memProfile := fs.String("memprofile", "", "write a heap profile after the ingest to this file")
+	gcHeadroom := gcFlag(fs)
 	containerGiB := 0.0
 	if mode == "scale" {
 		fs.Float64Var(&containerGiB, "container-memory", 8, "GiB: run as fleetgraph serve in a container with this memory limit (GOMEMLIMIT 90% of it); 0 for no limit")
@@ -80,6 +84,11 @@ func indexBench(ctx context.Context, mode string, args []string) error {
 	if containerGiB > 0 {
 		debug.SetMemoryLimit(int64(containerGiB * 0.9 * (1 << 30)))
 	}
+	gc, _, err := startGCPolicy(*gcHeadroom)
+	if err != nil {
+		return err
+	}
+	defer gc.Stop()
 	logf := func(format string, a ...any) {
 		if *verbose {
 			fmt.Fprintf(os.Stderr, format+"\n", a...)
@@ -123,8 +132,12 @@ func indexBench(ctx context.Context, mode string, args []string) error {
 		}
 	}
 	if *ingestOnly {
-		fmt.Printf("index: objects=%d ingest_per_s=%.0f ingest_cpu_us_per_object=%.2f heap_bytes_per_object=%.0f\n",
-			n, float64(n)/ingest.Seconds(), ingestCPU.Seconds()*1e6/float64(n), float64(heap)/float64(n))
+		_, peak, err := procRSS(os.Getpid())
+		if err != nil {
+			return err
+		}
+		fmt.Printf("index: objects=%d ingest_per_s=%.0f ingest_cpu_us_per_object=%.2f heap_bytes_per_object=%.0f peak_rss_bytes_per_object=%.0f gc_headroom=%s\n",
+			n, float64(n)/ingest.Seconds(), ingestCPU.Seconds()*1e6/float64(n), float64(heap)/float64(n), float64(peak)/float64(n), gcHeadroomKey(*gcHeadroom))
 		return nil
 	}
 	for c := range fleet.Clusters {
@@ -260,9 +273,9 @@ func indexBench(ctx context.Context, mode string, args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("scale: objects=%d heap_bytes_per_object=%.0f rss_gib=%.2f ingest_per_s=%.0f q3_p99_us=%s q4_p99_us=%s facets_p99_us=%s q6b_p99_us=%s memory_limit_gib=%.1f %s\n",
+		fmt.Printf("scale: objects=%d heap_bytes_per_object=%.0f rss_gib=%.2f ingest_per_s=%.0f q3_p99_us=%s q4_p99_us=%s facets_p99_us=%s q6b_p99_us=%s memory_limit_gib=%.1f gc_headroom=%s %s\n",
 			n, float64(heap)/float64(n), float64(peak)/(1<<30), float64(n)/ingest.Seconds(),
-			us(results["q3"]), us(results["q4"]), us(results["q5"]), us(results["q6b"]), containerGiB, sizes)
+			us(results["q3"]), us(results["q4"]), us(results["q5"]), us(results["q6b"]), containerGiB, gcHeadroomKey(*gcHeadroom), sizes)
 		runtime.KeepAlive(s)
 		return nil
 	}
@@ -274,10 +287,10 @@ func indexBench(ctx context.Context, mode string, args []string) error {
 	if err != nil {
 		return fmt.Errorf("churn: %w", err)
 	}
-	fmt.Printf("index: objects=%d ingest_per_s=%.0f heap_bytes_per_object=%.0f q1_p99_us=%s q2_p99_us=%s q3_p99_us=%s q4_p99_us=%s q5_p99_us=%s q6a_p99_us=%s q6b_p99_us=%s churn_q3_p99_us=%s churn_changes_per_s=%.0f %s\n",
+	fmt.Printf("index: objects=%d ingest_per_s=%.0f heap_bytes_per_object=%.0f q1_p99_us=%s q2_p99_us=%s q3_p99_us=%s q4_p99_us=%s q5_p99_us=%s q6a_p99_us=%s q6b_p99_us=%s churn_q3_p99_us=%s churn_changes_per_s=%.0f gc_headroom=%s %s\n",
 		n, float64(n)/ingest.Seconds(), float64(heap)/float64(n),
 		us(results["q1"]), us(results["q2"]), us(results["q3"]), us(results["q4"]), us(results["q5"]),
-		us(results["q6a"]), us(results["q6b"]), us(churn), churnRateReached, sizes)
+		us(results["q6a"]), us(results["q6b"]), us(churn), churnRateReached, gcHeadroomKey(*gcHeadroom), sizes)
 	runtime.KeepAlive(s)
 	return nil
 }

@@ -99,9 +99,10 @@ func kindIndex(kind string) int {
 // server holds it (the generator's garbage included). The peak is the
 // whole process's, so sizes run in ascending order and a smaller size run
 // before adds nothing. The RSS right after the load and the live heap are
-// reported beside it: with GOGC at 100 the heap may grow to twice the live
-// heap before a collection, and the runtime keeps what it grew to (see
-// BENCHMARKS.md's memory paragraph).
+// reported beside it: the heap grows beyond the live heap by the garbage
+// collector's headroom (GOGC 100: up to twice the live heap; the policy
+// fleetgraph serve runs, which fleetbench runs too: max(64 MiB, 25%)), and
+// the runtime keeps what it grew to (see BENCHMARKS.md's memory paragraph).
 func (p *fleetgraphPeer) size(context.Context) (int64, string, error) {
 	n := max(p.objects, 1)
 	return p.peakAfter - p.rss0, fmt.Sprintf("peak RSS (VmHWM) after the load less the process's RSS before any load; RSS (VmRSS) right after the load: %d B/object; live heap after it: %d B/object (%d MiB)",

@@ -29,6 +29,7 @@ import (
 	"github.com/fleetgraph/fleetgraph/connection/edge"
 	"github.com/fleetgraph/fleetgraph/connection/sources"
 	"github.com/fleetgraph/fleetgraph/graph"
+	"github.com/fleetgraph/fleetgraph/internal/gcpolicy"
 )
 
 // serveFlags are the flags of `fleetgraph serve`; demo reuses them.
@@ -153,6 +154,7 @@ func (f *serveFlags) maxConcurrentSyncs() int {
 
 func newServeCommand() *cobra.Command {
 	var f serveFlags
+	var gcHeadroom int
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Collect from every cluster of a kubeconfig and serve the GraphQL API",
@@ -168,6 +170,11 @@ At least one authenticator (--tokens-file, --oidc-issuer or
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			setMemoryLimit(memlimit.FromCgroup)
+			gc, err := gcpolicy.Start(gcpolicy.Policy{Headroom: gcHeadroom, Floor: gcpolicy.DefaultFloor}, slog.Default())
+			if err != nil {
+				return fmt.Errorf("--gc-headroom: %w", err)
+			}
+			defer gc.Stop()
 			if f.replication.role != string(fleetgraph.RoleQuery) { // a query replica collects nothing
 				if err := f.defaultSources(); err != nil {
 					return err
@@ -177,6 +184,10 @@ At least one authenticator (--tokens-file, --oidc-issuer or
 		},
 	}
 	f.register(cmd)
+	// Not in serveFlags: demo's index is small, and below 64 MiB of live
+	// heap the policy keeps the Go default anyway.
+	cmd.Flags().IntVar(&gcHeadroom, "gc-headroom", gcpolicy.DefaultHeadroom,
+		"percent of the live heap the heap may grow by between garbage collections, but at least 64 MiB (Go's default is 100%): less memory for more GC CPU, see docs/operations.md; 0 turns it off, and so does GOGC in the environment")
 	return cmd
 }
 

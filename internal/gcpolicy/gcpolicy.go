@@ -1,7 +1,6 @@
 package gcpolicy
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -60,9 +59,23 @@ func (p Policy) Validate() error {
 	return nil
 }
 
-// ErrGOGCSet is why Start leaves the collector alone when GOGC is in the
-// environment.
-var ErrGOGCSet = errors.New("GOGC is set in the environment")
+// Off returns why Start would leave the collector alone ("" if it would
+// not): GOGC in the environment (the operator's setting wins), or a
+// Headroom of 0.
+func Off(p Policy) string {
+	if v, ok := os.LookupEnv("GOGC"); ok {
+		return "GOGC=" + v + " is set in the environment"
+	}
+	if p.Headroom == 0 {
+		return "gc headroom 0"
+	}
+	return ""
+}
+
+// String describes p for logs and reports.
+func (p Policy) String() string {
+	return fmt.Sprintf("headroom max(%d MiB, %d%% of the live heap), at most GOGC's default of 100%%", p.Floor>>20, p.Headroom)
+}
 
 // Tuner applies a Policy after every garbage collection until Stop.
 //
@@ -79,24 +92,19 @@ type Tuner struct {
 }
 
 // Start applies p from the next collection on and logs what it does. It
-// returns a nil Tuner, and does nothing, when p.Headroom is 0 or GOGC is
-// in the environment (the operator's setting wins); the logger says
-// which.
+// returns a nil Tuner, and does nothing, when Off(p) says why not; the
+// logger says so.
 func Start(p Policy, logger *slog.Logger) (*Tuner, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	if v, ok := os.LookupEnv("GOGC"); ok {
-		logger.Info("gc policy off", "reason", ErrGOGCSet.Error(), "gogc", v)
-		return nil, nil
-	}
-	if p.Headroom == 0 {
-		logger.Info("gc policy off", "reason", "gc headroom 0")
+	if why := Off(p); why != "" {
+		logger.Info("gc policy off", "reason", why)
 		return nil, nil
 	}
 	t := start(p, nil)
 	logger.Info("gc policy", "headroom_percent", p.Headroom, "floor_mib", p.Floor>>20,
-		"gomemlimit_bytes", debug.SetMemoryLimit(-1))
+		"gomemlimit_bytes", debug.SetMemoryLimit(-1)) // the runtime collects at whichever goal comes first
 	return t, nil
 }
 

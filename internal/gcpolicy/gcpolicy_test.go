@@ -53,8 +53,8 @@ func TestStartOff(t *testing.T) {
 		headroom   int
 		logged     string
 	}{
-		{"GOGC set", "150", DefaultHeadroom, "GOGC is set"},
-		{"GOGC=off", "off", DefaultHeadroom, "GOGC is set"},
+		{"GOGC set", "150", DefaultHeadroom, "GOGC=150 is set"},
+		{"GOGC=off", "off", DefaultHeadroom, "GOGC=off is set"},
 		{"headroom 0", "", 0, "gc headroom 0"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

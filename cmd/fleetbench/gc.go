@@ -1,0 +1,80 @@
+package main
+
+import (
+	"flag"
+	"log/slog"
+	"os"
+	"runtime/metrics"
+	"strconv"
+
+	"github.com/fleetgraph/fleetgraph/internal/gcpolicy"
+)
+
+// gcFlag registers -gc-headroom, fleetgraph serve's --gc-headroom with the
+// same default.
+func gcFlag(fs *flag.FlagSet) *int {
+	return fs.Int("gc-headroom", gcpolicy.DefaultHeadroom, "run the garbage-collection policy fleetgraph serve runs by default (internal/gcpolicy) with this headroom, in percent of the live heap; 0 for the Go default (GOGC 100), as does GOGC in the environment")
+}
+
+// startGCPolicy starts the policy fleetgraph serve starts, with the same
+// code, so that what fleetbench measures of fleetgraph's memory and GC is
+// what serve holds. It returns the Tuner to stop and a description of the
+// policy in force for the report.
+func startGCPolicy(headroom int) (*gcpolicy.Tuner, string, error) {
+	p := gcpolicy.Policy{Headroom: headroom, Floor: gcpolicy.DefaultFloor}
+	t, err := gcpolicy.Start(p, slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	if err != nil {
+		return nil, "", err
+	}
+	if why := gcpolicy.Off(p); why != "" {
+		return t, "off (" + why + "): the Go default, GOGC 100", nil
+	}
+	return t, "on, as in fleetgraph serve: " + p.String(), nil
+}
+
+// gcHeadroomKey is the gc_headroom value of a result line: the headroom
+// in percent, or "off" when the policy did not run.
+func gcHeadroomKey(headroom int) string {
+	if gcpolicy.Off(gcpolicy.Policy{Headroom: headroom}) != "" {
+		return "off"
+	}
+	return strconv.Itoa(headroom)
+}
+
+// gcStats are the runtime's cumulative GC figures (runtime/metrics): its
+// estimate of the CPU time spent collecting, the CPU capacity
+// (GOMAXPROCS x wall clock) it compares with, and the collections.
+type gcStats struct {
+	gcCPU, totalCPU float64 // seconds
+	cycles          uint64
+}
+
+func readGCStats() gcStats {
+	s := []metrics.Sample{
+		{Name: "/cpu/classes/gc/total:cpu-seconds"},
+		{Name: "/cpu/classes/total:cpu-seconds"},
+		{Name: "/gc/cycles/total:gc-cycles"},
+	}
+	metrics.Read(s)
+	var g gcStats
+	if s[0].Value.Kind() == metrics.KindFloat64 && s[1].Value.Kind() == metrics.KindFloat64 {
+		g.gcCPU, g.totalCPU = s[0].Value.Float64(), s[1].Value.Float64()
+	}
+	if s[2].Value.Kind() == metrics.KindUint64 {
+		g.cycles = s[2].Value.Uint64()
+	}
+	return g
+}
+
+// since returns the figures of the interval since g0.
+func (g gcStats) since(g0 gcStats) gcStats {
+	return gcStats{g.gcCPU - g0.gcCPU, g.totalCPU - g0.totalCPU, g.cycles - g0.cycles}
+}
+
+// share is the GC's share of the CPU capacity (0 when unknown).
+func (g gcStats) share() float64 {
+	if g.totalCPU <= 0 {
+		return 0
+	}
+	return g.gcCPU / g.totalCPU
+}
