@@ -132,7 +132,7 @@ peak RSS (VmHWM) over the load less its RSS before: the live heap the index hold
 beside it, plus the garbage collector's headroom. With GOGC at 100 (the Go default) the heap may
 grow to twice the live heap before a collection, and the runtime keeps the pages it grew to.
 ` + "`fleetgraph serve`" + ` bounds that headroom by default (internal/gcpolicy, ` + "`--gc-headroom`" + `,
-docs/operations.md): after each collection it sets GOGC so that the heap may grow by max(64 MiB,
+docs/operations.md): after each collection it sets GOGC so that the heap may grow by max(16 MiB,
 25%% of the live heap), never more than GOGC 100, and fleetbench runs the same code in its
 own process (the policy line above says whether this run did; ` + "`-gc-headroom 0`" + ` measures the Go
 default), so the peak here is what serve holds after the same load. It costs collections: under
