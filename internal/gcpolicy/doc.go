@@ -8,7 +8,8 @@
 // After every collection a Tuner reads the live heap the collection marked
 // (runtime/metrics, /gc/heap/live:bytes) and sets the GC percent
 // (debug.SetGCPercent) to Policy.Percent of it: the Go default while the
-// heap is small, then headroom of max(Floor, Headroom% of live). The hook
+// heap is small, then headroom of max(Floor, Headroom% of live); with the
+// defaults, max(16 MiB, 25%). The hook
 // is a cleanup (runtime.AddCleanup) on a sentinel allocated again after
 // each cycle, so the package starts no goroutine of its own and reads no
 // clock: it acts exactly once per collection, on the runtime's cleanup
@@ -30,7 +31,9 @@
 // runtime.ReadMemStats (a stop-the-world, and a figure that counts
 // unswept garbage and fragmentation as if it were live). What this
 // package needs is a pure function and a once-per-cycle hook: a few dozen
-// lines.
+// lines. A fixed low GOGC, as VictoriaMetrics sets (30), would do for a
+// large heap, but would collect a small index every few hundred KiB of
+// allocation; Percent keeps the Go default until the saving is worth it.
 //
 // It does not size anything from the cgroup (automemlimit does that), tune
 // CPU, or return memory to the OS early (the runtime's scavenger does).
