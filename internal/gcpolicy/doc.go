@@ -12,7 +12,7 @@
 // defaults, max(16 MiB, 25%). The hook
 // is a cleanup (runtime.AddCleanup) on a sentinel allocated again after
 // each cycle, so the package starts no goroutine of its own and reads no
-// clock: it acts exactly once per collection, on the runtime's cleanup
+// clock: it acts at most once per collection, on the runtime's cleanup
 // goroutine.
 //
 // It composes with GOMEMLIMIT (cmd/fleetgraph/memlimit.go): the runtime
@@ -32,7 +32,7 @@
 // unswept garbage and fragmentation as if it were live). What this
 // package needs is a pure function and a once-per-cycle hook: a few dozen
 // lines. A fixed low GOGC, as VictoriaMetrics sets (30), would do for a
-// large heap, but would collect a small index every few hundred KiB of
+// large heap, but would collect a small index every MiB or so of
 // allocation; Percent keeps the Go default until the saving is worth it.
 //
 // It does not size anything from the cgroup (automemlimit does that), tune
