@@ -25,15 +25,15 @@ type accessIDs struct {
 	unresolved bool   // a namespace of the access set had no id
 	all        bool
 	named      bool // the access set has Named grants: check them by string
-	everywhere kindBits
 	byNS       map[uint32]kindBits
 	// nsBits has the bit of each namespace of byNS, when that bitmap is
 	// small (see nsBitsMax); nil otherwise, and then byNS is probed.
 	nsBits []uint64
 	// kidRows says, by kid, which rows of the kind it shows (a cellRows),
 	// so that a cluster's (kind, status) list is filtered by namespace id
-	// alone (see accessCellSource).
-	kidRows []cellRows
+	// alone (see accessCellSource); rowsAll marks the kinds whose resource
+	// is listed everywhere.
+	kidRows kindRows
 	// est is the last accessEstimate made from it, for one cluster.
 	est atomic.Pointer[accessEst]
 }
@@ -55,6 +55,14 @@ func (b kindBits) has(seq uint32) bool {
 	i := int(seq / 64)
 	return i < len(b) && b[i]&(1<<(seq%64)) != 0
 }
+
+// kindRows is, by kid, what an access set shows of a cluster's rows of
+// the kind.
+type kindRows []cellRows
+
+// all reports whether the access set shows every row of kid (its
+// resource is listed everywhere).
+func (k kindRows) all(kid uint32) bool { return int(kid) < len(k) && k[kid] == rowsAll }
 
 // cellRows is what an access set shows of a cluster's rows of one kid,
 // from the kind's resource alone.
@@ -111,7 +119,7 @@ func (ids *accessIDs) valid(x *objIndex) bool {
 // allows reports whether the row is visible; it agrees with
 // ClusterAccess.Allows given the ClusterAccess it was built from.
 func (ids *accessIDs) allows(c *ClusterAccess, r *objRow) bool {
-	if ids.all || ids.everywhere.has(r.kind.seq) {
+	if ids.all || ids.kidRows.all(r.kind.kid) {
 		return true
 	}
 	if bits, ok := ids.byNS[r.nsid]; ok && bits.has(r.kind.seq) {
@@ -132,7 +140,6 @@ func (x *objIndex) resolveAccess(c *ClusterAccess) *accessIDs {
 		all: c.All, named: len(c.Named) > 0,
 	}
 	if !c.All {
-		ids.everywhere = x.kindBitsOf(c.Everywhere)
 		// Namespaces share Resources values (see Resources), so resolve
 		// each set once.
 		shared := map[*Resources]kindBits{}
@@ -181,12 +188,12 @@ func nsBitmap(byNS map[uint32]kindBits) []uint64 {
 
 // kidRowsOf returns, by kid, what c shows of a cluster's rows of the kid;
 // sets are the Resources of c's namespaces that grant a kind of the index.
-func (x *objIndex) kidRowsOf(c *ClusterAccess, sets map[*Resources]kindBits) []cellRows {
+func (x *objIndex) kidRowsOf(c *ClusterAccess, sets map[*Resources]kindBits) kindRows {
 	named := map[GroupResource]bool{}
 	for no := range c.Named {
 		named[no.GroupResource] = true
 	}
-	out := make([]cellRows, len(x.kinds.grOf))
+	out := make(kindRows, len(x.kinds.grOf))
 	for kid, gr := range x.kinds.grOf {
 		some, every := false, true
 		for grs, bits := range sets {
@@ -230,6 +237,17 @@ func (x *objIndex) kindBitsOf(grs *Resources) kindBits {
 		}
 	}
 	return bits
+}
+
+// everywhere returns what ca shows of a cluster's rows by kid, its
+// resolved kidRows (kept on ca), whose rowsAll marks the kinds whose
+// resource ca lists everywhere; nil when it lists none. ca must not have
+// All. It must be called with the read lock held.
+func (x *objIndex) everywhere(ca *ClusterAccess) kindRows {
+	if ca.Everywhere.Len() == 0 {
+		return nil
+	}
+	return x.resolveAccess(ca).kidRows
 }
 
 // viewerClusters is an Access's clusters resolved against one index: the

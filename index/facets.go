@@ -251,9 +251,9 @@ func (t *tally) addScope(cid uint32, agg *clusterAgg, perNS bool, allow func(uin
 // cluster, counting each object once as Access.Allows does.
 func (p *plan) tallyRestricted(t *tally, cid uint32, agg *clusterAgg, ca *ClusterAccess) {
 	x := p.x
-	everywhere := x.kidsOf(ca.Everywhere)
-	if len(everywhere) > 0 {
-		t.addScope(cid, agg, t.facets, func(kid uint32) bool { return everywhere[kid] })
+	everywhere := x.everywhere(ca)
+	if slices.Contains(everywhere, rowsAll) {
+		t.addScope(cid, agg, t.facets, everywhere.all)
 	}
 	for ns, grs := range ca.Namespaces {
 		if t.budget--; t.budget < 0 {
@@ -268,7 +268,7 @@ func (p *plan) tallyRestricted(t *tally, cid uint32, agg *clusterAgg, ca *Cluste
 			continue
 		}
 		t.addCells(cid, nsid, na.cells, func(kid uint32) bool {
-			if everywhere[kid] {
+			if everywhere.all(kid) {
 				return false
 			}
 			return grs.Has(x.kinds.grOf[kid])
@@ -278,7 +278,7 @@ func (p *plan) tallyRestricted(t *tally, cid uint32, agg *clusterAgg, ca *Cluste
 		named := &ClusterAccess{Named: ca.Named}
 		p.eachInCluster(cid, named, func(r *objRow) bool {
 			t.budget--
-			if !p.matchFilter(r) || everywhere[r.kind.kid] {
+			if !p.matchFilter(r) || everywhere.all(r.kind.kid) {
 				return true
 			}
 			if r.nsid != 0 {

@@ -192,8 +192,9 @@ func BenchmarkQueryKindPage(b *testing.B) {
 
 // BenchmarkQueryPage is what fleetbench compare's in-process pages cost:
 // the pages of Q3 (kind and status), Q4 (a label), Q2 (one kind in one
-// namespace) and a restricted viewer's kind page, without the total count
-// (Query.NoTotal) and with the cursors of the first and last edges only
+// namespace), a restricted viewer's kind page and its unfiltered page by
+// update time (every row it may see is collected, cluster by cluster) with
+// one resource listed cluster-wide, without the total count (Query.NoTotal) and with the cursors of the first and last edges only
 // (Query.NoEdgeCursors), as compare asks for them.
 func BenchmarkQueryPage(b *testing.B) {
 	s := benchStore()
@@ -208,6 +209,7 @@ func BenchmarkQueryPage(b *testing.B) {
 		{"namespace-kind", index.Query{Filter: index.Filter{Clusters: []string{"cluster-003"}, Namespaces: []string{"ns-0042"}, Kinds: []string{"Pod"}}, Access: admin}},
 		{"viewer-kind-status", index.Query{Filter: index.Filter{Kinds: []string{"Kustomization"}, Statuses: []index.Status{index.StatusUnhealthy}}, Access: f.NamespaceAccess(10, 200)}},
 		{"viewer-pod", index.Query{Filter: index.Filter{Kinds: []string{"Pod"}}, Access: f.NamespaceAccess(10, 200)}},
+		{"viewer-everywhere", index.Query{Order: index.Order{Field: index.OrderUpdatedAt}, Access: everywhereAccess(f)}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			q := bc.q
@@ -225,6 +227,18 @@ func BenchmarkQueryPage(b *testing.B) {
 			}
 		})
 	}
+}
+
+// everywhereAccess is NamespaceAccess(10, 200) with Kustomizations also
+// listed cluster-wide.
+func everywhereAccess(f indextest.Fleet) *index.Access {
+	a := f.NamespaceAccess(10, 200)
+	k := indextest.Kinds[3]
+	every := index.NewResources(index.GroupResource{Group: k.Group, Resource: k.Resource})
+	for _, ca := range a.Clusters {
+		ca.Everywhere = every
+	}
+	return a
 }
 
 // BenchmarkQueryPageRandomKeys is fleetbench compare's Q2: one kind in

@@ -447,9 +447,8 @@ func (x *objIndex) accessEstimate(cid uint32, ca *ClusterAccess, limit int) int 
 		return e.n
 	}
 	est := 0
-	everywhere := x.kidsOf(ca.Everywhere)
 	for _, c := range agg.cells {
-		if everywhere[c.key>>3] {
+		if ids.kidRows.all(c.key >> 3) {
 			est += int(c.n)
 		}
 	}
@@ -470,20 +469,6 @@ func (x *objIndex) accessEstimate(cid uint32, ca *ClusterAccess, limit int) int 
 	return est
 }
 
-// kidsOf returns, by kid, whether the kind's resource is in set.
-func (x *objIndex) kidsOf(set *Resources) map[uint32]bool {
-	if set.Len() == 0 {
-		return nil
-	}
-	out := map[uint32]bool{}
-	for kid, gr := range x.kinds.grOf {
-		if set.Has(gr) {
-			out[uint32(kid)] = true
-		}
-	}
-	return out
-}
-
 // eachInCluster yields the rows ca lets the viewer see in one cluster.
 func (p *plan) eachInCluster(cid uint32, ca *ClusterAccess, fn func(*objRow) bool) bool {
 	x := p.x
@@ -492,9 +477,9 @@ func (p *plan) eachInCluster(cid uint32, ca *ClusterAccess, fn func(*objRow) boo
 		return agg.rows.each(func(rid uint32) bool { return fn(x.rows[rid]) })
 	}
 	cluster := x.clusters.str(cid)
-	everywhere := x.kidsOf(ca.Everywhere)
-	for kid := range everywhere {
-		if !agg.eachOfKind(kid, func(rid uint32) bool { return fn(x.rows[rid]) }) {
+	everywhere := x.everywhere(ca)
+	for kid, rows := range everywhere {
+		if rows == rowsAll && !agg.eachOfKind(uint32(kid), func(rid uint32) bool { return fn(x.rows[rid]) }) {
 			return false
 		}
 	}
@@ -505,7 +490,7 @@ func (p *plan) eachInCluster(cid uint32, ca *ClusterAccess, fn func(*objRow) boo
 		}
 		ok = agg.nss[nsid].rows.each(func(rid uint32) bool {
 			r := x.rows[rid]
-			if everywhere[r.kind.kid] {
+			if everywhere.all(r.kind.kid) {
 				return true
 			}
 			if !grs.Has(r.kind.gr) {
