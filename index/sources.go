@@ -189,14 +189,18 @@ func (p *plan) accessCellSource(limit int) (source, bool) {
 		return source{}, false
 	}
 	x := p.x
-	var keys []uint32
+	var keyBuf [8]uint32 // a filter names one cell or a few
+	keys := keyBuf[:0]
 	p.eachCell(func(k uint32, _ *postings) { keys = append(keys, k) })
 	// whole are the lists the viewer sees all of (or must check row by
-	// row); some are the lists it sees part of, by namespace.
+	// row); some are the lists it sees part of, by namespace: most often
+	// a list a cluster, with one kind and status. rows counts the rows of
+	// both, someRows those of some.
 	vcs := x.viewerClusters(p.access)
 	var whole []accessPart
-	some := make([]accessPart, 0, len(vcs)) // a list a cluster, with one kind and status
-	rows := 0
+	var someBuf [8]accessPart
+	some := someBuf[:0]
+	rows, someRows := 0, 0
 	exact := p.aggregatable() && p.nss == nil
 	for _, vc := range vcs {
 		cid, ca := vc.cid, vc.ca
@@ -212,8 +216,12 @@ func (p *plan) accessCellSource(limit int) (source, bool) {
 				whole = append(whole, accessPart{l, ids})
 				exact = exact && shows == rowsAll
 			default:
+				if len(some) == cap(some) && len(some) < len(vcs) {
+					some = append(make([]accessPart, 0, len(vcs)), some...) // a list a cluster
+				}
 				some = append(some, accessPart{l, ids})
 				exact = exact && shows == rowsInNS
+				someRows += l.len()
 			}
 			rows += l.len()
 			return rows <= limit
@@ -225,7 +233,10 @@ func (p *plan) accessCellSource(limit int) (source, bool) {
 	// The rows of the partly seen lists, kept (a fraction of their lists
 	// once their namespaces are tested), so that the source is walked
 	// without testing them again.
-	kept := make([]uint32, 0, min(rows, maxKeptCap))
+	var kept []uint32
+	if len(some) > 0 {
+		kept = make([]uint32, 0, min(someRows, maxKeptCap))
+	}
 	for _, pt := range some {
 		kept = pt.keep(kept, x.nsOf)
 	}
