@@ -90,6 +90,9 @@ func (s *Store) RemoveCluster(ctx context.Context, name string) error {
 			for _, r := range rows {
 				w.deleteObject(r)
 			}
+			if len(rows) > 0 {
+				x.labels.cache.dropObjects()
+			}
 		}
 		w.deleteClusterPolicy(name)
 		n, err := w.mem().DeleteAll(tableKinds, indexIDPrefix, memKey(compoundKey(name)))

@@ -39,12 +39,14 @@ import (
 // (generations of 4,000) cost a page of random rows, whose sets are
 // mostly new, about 3 µs of its 20 at 1M objects, in hashing, probing and
 // growing maps whose entries were out of cache. So the cache's own memory
-// is a few MB at most (the tables, up to 4.7 MB of Objects, 8,192 maps),
+// is about 5 MB at most (the tables, up to 4.7 MB of Objects, 8,192 maps),
 // but it bounds
 // rows, not bytes: a kept Object keeps its row's data, owner references
 // and message alive until dropped, updated or deleted rows' too (about
 // 16,000 rows, 10-15 MB on the synthetic fleet, more with large rows).
-// A label set's key is a copy, so it keeps no row alive.
+// RemoveCluster drops every kept Object (dropObjects), so that an
+// offboarded cluster's rows do not stay. A label set's key is a copy, so
+// it keeps no row alive.
 //
 // Pair ids are recycled, so a set's bytes can come to mean other labels:
 // pids marks the pair ids of the sets kept since the last reset, and a
@@ -209,10 +211,27 @@ func (c *pageCache) putObject(po pageObject) {
 	}
 	po.slab.kept++
 	if c.slabBytes > pageObjectsBytes {
-		for i := range c.objs {
-			c.release(&c.objs[i])
-		}
+		c.releaseObjects()
 	}
+}
+
+// releaseObjects empties the table.
+func (c *pageCache) releaseObjects() {
+	for i := range c.objs {
+		c.release(&c.objs[i])
+	}
+}
+
+// dropObjects drops every kept Object, under the write lock: RemoveCluster
+// calls it, so that a removed cluster's rows, with their data, owner
+// references, messages and labels, are not kept alive until other pages
+// evict them (on a quiet hub, never). It costs a pass over the table
+// (8,192 entries), which a cluster's removal can afford, and the next
+// pages build their Objects again.
+func (c *pageCache) dropObjects() {
+	c.mu.Lock()
+	c.releaseObjects()
+	c.mu.Unlock()
 }
 
 // release empties an entry of the table.

@@ -273,3 +273,42 @@ func TestPageObjectsConcurrent(t *testing.T) {
 		mustNoErr(t, <-errs)
 	}
 }
+
+// TestPageObjectsDroppedWithCluster pages through a cluster's rows and
+// removes the cluster: the page cache keeps no Object of its rows, which
+// would otherwise keep their data alive until other pages evicted them.
+func TestPageObjectsDroppedWithCluster(t *testing.T) {
+	s, _ := newTestStore(t)
+	for _, c := range []string{"c0", "c1"} {
+		for i := range 50 {
+			mustNoErr(t, s.Upsert(ctxb, pod(c, "ns0", fmt.Sprintf("p-%02d", i), StatusHealthy, map[string]string{"app": "web"})))
+		}
+	}
+	page, err := s.Query(ctxb, Query{Filter: Filter{Kinds: []string{"Pod"}}, First: MaxPageSize, Access: &Access{All: true}})
+	mustNoErr(t, err)
+	if len(page.Edges) != 100 {
+		t.Fatalf("a page of %d edges, want 100", len(page.Edges))
+	}
+	kept := func(cluster string) int {
+		c := &s.x.labels.cache
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		n := 0
+		for _, po := range c.objs {
+			if po.o != nil && po.o.Cluster == cluster {
+				n++
+			}
+		}
+		return n
+	}
+	if n := kept("c0"); n != 50 {
+		t.Fatalf("the cache keeps %d Objects of c0 before its removal, want 50 (the test needs them kept)", n)
+	}
+	mustNoErr(t, s.RemoveCluster(ctxb, "c0"))
+	if n := kept("c0"); n != 0 {
+		t.Errorf("the cache keeps %d Objects of the removed cluster c0, want 0", n)
+	}
+	if c := &s.x.labels.cache; c.slabBytes != 0 {
+		t.Errorf("the cache counts %d bytes of slabs after dropping its Objects, want 0", c.slabBytes)
+	}
+}
