@@ -739,6 +739,10 @@ func (d *decoder) row(parent *reader, b []byte, tab *index.LabelTable) index.Obj
 		case rowMessage:
 			o.Message = r.str(d)
 		case rowSummary:
+			// A copy: the bytes are the message's, or the decoder's
+			// buffer, which the next message's decompression overwrites
+			// while this one waits to be applied (followBuffer) or its
+			// snapshot parts gather. TestCodecRoundTrip fails without it.
 			o.Summary = slices.Clone(r.bytes())
 		case rowPolicy:
 			var p index.Policy
