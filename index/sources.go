@@ -203,12 +203,12 @@ func (p *plan) accessCellSource(limit int) (source, bool) {
 	rows, someRows := 0, 0
 	exact := p.aggregatable() && p.nss == nil
 	for _, vc := range vcs {
-		cid, ca := vc.cid, vc.ca
-		if (p.clusters != nil && !p.clusters[cid]) || int(cid) >= len(x.byCluster) || x.byCluster[cid] == nil {
+		agg := p.viewerAgg(vc.cid)
+		if agg == nil {
 			continue
 		}
-		ids := x.resolveAccess(ca)
-		ok := p.eachClusterCell(x.byCluster[cid], keys, func(k uint32, l *postings) bool {
+		ids := x.resolveAccess(vc.ca)
+		ok := p.eachClusterCell(agg, keys, func(k uint32, l *postings) bool {
 			switch shows := ids.rowsOf(k >> 3); shows {
 			case rowsNone:
 				return true
@@ -256,6 +256,15 @@ func (p *plan) accessCellSource(limit int) (source, bool) {
 			}
 		}
 	}}, true
+}
+
+// viewerAgg returns the rows of a cluster of the viewer, cid, when the
+// cluster filter allows it and it has rows; nil otherwise.
+func (p *plan) viewerAgg(cid uint32) *clusterAgg {
+	if (p.clusters != nil && !p.clusters[cid]) || int(cid) >= len(p.x.byCluster) {
+		return nil
+	}
+	return p.x.byCluster[cid]
 }
 
 // maxKeptCap bounds the room accessCellSource makes for the rows it
@@ -422,7 +431,7 @@ func (p *plan) accessSource(limit int) (source, bool) {
 	est := 0
 	for _, vc := range x.viewerClusters(a) {
 		cid, ca := vc.cid, vc.ca
-		if (p.clusters != nil && !p.clusters[cid]) || int(cid) >= len(x.byCluster) || x.byCluster[cid] == nil {
+		if p.viewerAgg(cid) == nil {
 			continue
 		}
 		parts = append(parts, part{cid, ca})
