@@ -16,7 +16,6 @@ package index
 // It is not safe for concurrent use; the Store's lock guards it.
 type idTable struct {
 	shards [idTableShards]idShard
-	n      int
 }
 
 // idShard is one shard of an idTable. A slot is 0 when empty; tags are
@@ -76,7 +75,6 @@ func (t *idTable) add(h uint64, id uint32) {
 	}
 	s.put(v)
 	s.n++
-	t.n++
 }
 
 func (s *idShard) put(v uint64) {
@@ -122,12 +120,18 @@ func (t *idTable) remove(h uint64, id uint32) bool {
 	}
 	s.slots[i] = 0
 	s.n--
-	t.n--
 	return true
 }
 
-// len returns how many ids the table holds.
-func (t *idTable) len() int { return t.n }
+// len returns how many ids the table holds, adding up its shards' counts
+// (only tests ask).
+func (t *idTable) len() int {
+	n := 0
+	for i := range t.shards {
+		n += t.shards[i].n
+	}
+	return n
+}
 
 // mix64 spreads the bits of x (splitmix64's finalizer), for ids made of
 // small numbers.
