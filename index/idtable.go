@@ -12,6 +12,14 @@ package index
 // 1/2 and 3/4, about 13 bytes an id; the map[uint64]uint32 it replaced
 // costs 16-byte slots at a lower load: at 1M objects the key index and the
 // label pairs' map (1.7M pairs) took 78 MB as maps. It holds no pointers.
+// Go's map keyed by 32 bits of the hash (with a small map beside it for
+// the hashes that collide in them, about n²/2³³ ids) gets most of the
+// way: measured with Go 1.26 (heap after GC, one table of n random ids),
+// map[uint32]uint32 holds 1M ids in 19.5 MB and 2.7M (as many as the two
+// tables hold at 1M objects) in 39.0 MB, idTable 14.7 and 33.6 MB: about
+// 5 MB, or 5 bytes of the 450 an object costs, is what this file buys.
+// The map would bring the runtime's detector of concurrent writes, which
+// idTable lacks (the Store's lock is its only guard).
 //
 // It is not safe for concurrent use; the Store's lock guards it.
 type idTable struct {
