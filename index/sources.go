@@ -62,13 +62,9 @@ func (x *objIndex) eachRow(fn func(rid uint32) bool) {
 	}
 }
 
-// unionSource yields the members of disjoint posting lists. It keeps
-// lists.
-func (x *objIndex) unionSource(lists []*postings) source {
-	n := 0
-	for _, l := range lists {
-		n += l.len()
-	}
+// unionSource yields the members of disjoint posting lists, which hold n
+// rows (listsLen: its callers sized them to choose it). It keeps lists.
+func (x *objIndex) unionSource(lists []*postings, n int) source {
 	if len(lists) == 1 && n < hasBitmapMin {
 		// One small list (a namespace's rows): probing it is cheap.
 		l := lists[0]
@@ -112,6 +108,15 @@ func (x *objIndex) unionSource(lists []*postings) source {
 	return s
 }
 
+// listsLen returns the rows of posting lists.
+func listsLen(lists []*postings) int {
+	n := 0
+	for _, l := range lists {
+		n += l.len()
+	}
+	return n
+}
+
 // maxHasLists bounds the posting lists a source's membership test probes.
 const maxHasLists = 8
 
@@ -125,18 +130,19 @@ func (p *plan) kindStatusSource(best source) (source, bool) {
 	if p.kids == nil && p.statuses == 0 {
 		return source{}, false
 	}
-	est, n := 0, 0
-	p.eachCell(func(_ uint32, l *postings) { est, n = est+l.len(), n+1 })
+	var buf [32]*postings // a kind's cells, or a status's cells of a fleet's kinds
+	lists := buf[:0]
+	p.eachCell(func(_ uint32, l *postings) { lists = append(lists, l) })
+	est := listsLen(lists)
 	exact := p.accessAll && p.clusters == nil && p.nss == nil && p.aggregatable()
 	if !beats(est, exact, best) {
 		return source{}, false
 	}
-	lists := make([]*postings, 0, n)
-	p.eachCell(func(_ uint32, l *postings) { lists = append(lists, l) })
-	s := p.x.unionSource(lists)
+	kept := slices.Clone(lists)
+	s := p.x.unionSource(kept, est)
 	s.exact = exact
-	if len(lists) > 0 {
-		s.orders = orderOf(&p.x.cellOrders, lists)
+	if len(kept) > 0 {
+		s.orders = orderOf(&p.x.cellOrders, kept)
 	}
 	return s, true
 }
@@ -364,14 +370,11 @@ func (p *plan) scopeSource(best source) (source, bool) {
 	default:
 		return source{}, false
 	}
-	est := 0
-	for _, l := range lists {
-		est += l.len()
-	}
+	est := listsLen(lists)
 	if !beats(est, false, best) {
 		return source{}, false
 	}
-	return x.unionSource(slices.Clone(lists)), true
+	return x.unionSource(slices.Clone(lists), est), true
 }
 
 // labelSource is the smallest source of one positive label requirement:
@@ -400,7 +403,7 @@ func (p *plan) labelSource() (source, bool) {
 		default:
 			continue
 		}
-		s := x.unionSource(lists)
+		s := x.unionSource(lists, listsLen(lists))
 		if pairs && len(lists) > 0 {
 			s.orders = orderOf(&x.labelOrders, lists)
 		}
