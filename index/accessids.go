@@ -24,11 +24,11 @@ type accessIDs struct {
 	unmapped   uint64 // namespace ids unmapped when built
 	unresolved bool   // a namespace of the access set had no id
 	all        bool
-	named      bool // the access set has Named grants: check them by string
-	byNS       map[uint32]kindBits
+	named      bool              // the access set has Named grants: check them by string
+	byNS       map[uint32]idBits // by namespace id, the kinds (by seq) granted there
 	// nsBits has the bit of each namespace of byNS, when that bitmap is
 	// small (see nsBitsMax); nil otherwise, and then byNS is probed.
-	nsBits []uint64
+	nsBits idBits
 	// kidRows says, by kid, which rows of the kind it shows (a cellRows),
 	// so that a cluster's (kind, status) list is filtered by namespace id
 	// alone (see accessCellSource); rowsAll marks the kinds whose resource
@@ -48,13 +48,17 @@ type accessEst struct {
 	full  bool
 }
 
-// kindBits is a set of kindInfo seqs.
-type kindBits []uint64
+// idBits is a set of small ids, a bit each: kindInfo seqs, namespace ids,
+// row ids.
+type idBits []uint64
 
-func (b kindBits) has(seq uint32) bool {
-	i := int(seq / 64)
-	return i < len(b) && b[i]&(1<<(seq%64)) != 0
+func (b idBits) has(id uint32) bool {
+	i := int(id / 64)
+	return i < len(b) && b[i]&(1<<(id%64)) != 0
 }
+
+// set adds id, which b must have room for.
+func (b idBits) set(id uint32) { b[id/64] |= 1 << (id % 64) }
 
 // kindRows is, by kid, what an access set shows of a cluster's rows of
 // the kind.
@@ -92,8 +96,7 @@ func nsBitsMax(namespaces int) int { return namespaces/4 + 64 }
 // inNS reports whether the access set grants anything in namespace nsid.
 func (ids *accessIDs) inNS(nsid uint32) bool {
 	if ids.nsBits != nil {
-		w := int(nsid / 64)
-		return w < len(ids.nsBits) && ids.nsBits[w]&(1<<(nsid%64)) != 0
+		return ids.nsBits.has(nsid)
 	}
 	_, ok := ids.byNS[nsid]
 	return ok
@@ -142,8 +145,8 @@ func (x *objIndex) resolveAccess(c *ClusterAccess) *accessIDs {
 	if !c.All {
 		// Namespaces share Resources values (see Resources), so resolve
 		// each set once.
-		shared := map[*Resources]kindBits{}
-		ids.byNS = make(map[uint32]kindBits, len(c.Namespaces))
+		shared := map[*Resources]idBits{}
+		ids.byNS = make(map[uint32]idBits, len(c.Namespaces))
 		for ns, grs := range c.Namespaces {
 			if ns == "" || grs.Len() == 0 { // Allows never reads them
 				continue
@@ -171,7 +174,7 @@ func (x *objIndex) resolveAccess(c *ClusterAccess) *accessIDs {
 
 // nsBitmap returns the bitmap of the namespace ids of byNS, or nil when it
 // would be larger than nsBitsMax words.
-func nsBitmap(byNS map[uint32]kindBits) []uint64 {
+func nsBitmap(byNS map[uint32]idBits) idBits {
 	top := uint32(0)
 	for nsid := range byNS {
 		top = max(top, nsid)
@@ -179,16 +182,16 @@ func nsBitmap(byNS map[uint32]kindBits) []uint64 {
 	if len(byNS) == 0 || int(top/64)+1 > nsBitsMax(len(byNS)) {
 		return nil
 	}
-	bits := make([]uint64, top/64+1)
+	bits := make(idBits, top/64+1)
 	for nsid := range byNS {
-		bits[nsid/64] |= 1 << (nsid % 64)
+		bits.set(nsid)
 	}
 	return bits
 }
 
 // kidRowsOf returns, by kid, what c shows of a cluster's rows of the kid;
 // sets are the Resources of c's namespaces that grant a kind of the index.
-func (x *objIndex) kidRowsOf(c *ClusterAccess, sets map[*Resources]kindBits) kindRows {
+func (x *objIndex) kidRowsOf(c *ClusterAccess, sets map[*Resources]idBits) kindRows {
 	named := map[GroupResource]bool{}
 	for no := range c.Named {
 		named[no.GroupResource] = true
@@ -222,18 +225,18 @@ func (x *objIndex) kidRowsOf(c *ClusterAccess, sets map[*Resources]kindBits) kin
 	return out
 }
 
-// kindBitsOf returns the kindInfos whose resource is in grs.
-func (x *objIndex) kindBitsOf(grs *Resources) kindBits {
+// kindBitsOf returns the seqs of the kindInfos whose resource is in grs.
+func (x *objIndex) kindBitsOf(grs *Resources) idBits {
 	if grs.Len() == 0 {
 		return nil
 	}
-	var bits kindBits
+	var bits idBits
 	for _, ki := range x.kinds.infos {
 		if grs.Has(ki.gr) {
 			for int(ki.seq/64) >= len(bits) {
 				bits = append(bits, 0)
 			}
-			bits[ki.seq/64] |= 1 << (ki.seq % 64)
+			bits.set(ki.seq)
 		}
 	}
 	return bits

@@ -82,20 +82,19 @@ func (x *objIndex) unionSource(lists []*postings, n int) source {
 		// each probe of a sorted array is a binary search of cache misses
 		// (about 300 ns at 10M rows). Once the probes have cost about what
 		// setting every member's bit in a bitmap costs, build one.
-		var bits []uint64
+		var bits idBits
 		calls := 0
 		s.has = func(rid uint32) bool {
 			if bits == nil {
 				if calls++; n >= hasBitmapMin && calls > n/64 {
-					bits = make([]uint64, x.maxRows()/64+1)
+					bits = make(idBits, x.maxRows()/64+1)
 					for _, l := range lists {
-						l.each(func(id uint32) bool { bits[id>>6] |= 1 << (id & 63); return true })
+						l.each(func(id uint32) bool { bits.set(id); return true })
 					}
 				}
 			}
 			if bits != nil {
-				w := int(rid >> 6)
-				return w < len(bits) && bits[w]&(1<<(rid&63)) != 0
+				return bits.has(rid)
 			}
 			for _, l := range lists {
 				if l.has(rid) {
@@ -294,7 +293,7 @@ func (pt accessPart) keep(dst, nsOf []uint32) []uint32 {
 	if arr := pt.l.ids(); arr != nil {
 		if bits := ids.nsBits; bits != nil {
 			for _, rid := range arr {
-				if nsid := nsOf[rid]; int(nsid/64) < len(bits) && bits[nsid/64]&(1<<(nsid%64)) != 0 {
+				if bits.has(nsOf[rid]) {
 					dst = append(dst, rid)
 				}
 			}
