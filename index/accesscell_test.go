@@ -124,7 +124,8 @@ func TestAccessCellSource(t *testing.T) {
 				var wantObjs []Object
 				for _, o := range model {
 					if refMatch(t, f, c.a, &o, s) {
-						want[s.x.get(objectKey(o.Key())).rid] = true
+						k := o.Key()
+						want[s.x.lookup(&k).rid] = true
 						wantObjs = append(wantObjs, o)
 					}
 				}
@@ -152,7 +153,7 @@ func TestAccessCellSource(t *testing.T) {
 				}
 				for rid := range want {
 					if !yielded[rid] {
-						t.Fatalf("%s: visible match %s not yielded", what, s.x.rows[rid].key())
+						t.Fatalf("%s: visible match %s not yielded", what, s.x.keyOf(s.x.rows[rid]))
 					}
 				}
 				if src.exact && len(got) != len(want) {

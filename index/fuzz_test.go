@@ -117,7 +117,7 @@ func compareToCursor(f OrderField, o *Object, c *cursor) int {
 	case OrderUpdatedAt:
 		num = o.UpdatedAt.UnixNano()
 	}
-	return cmp.Or(cmp.Compare(str, c.Str), cmp.Compare(num, c.Num), cmp.Compare(objectKey(o.Key()), c.Key))
+	return cmp.Or(cmp.Compare(str, c.Str), cmp.Compare(num, c.Num), cmp.Compare(objectKey(o.Key()), objectKey(c.Key)))
 }
 
 // FuzzLabelSelector runs arbitrary label selectors through Query, Facets

@@ -105,10 +105,10 @@ func checkListOrders(t *testing.T, s *Store, round int) map[*postings]bool {
 		orders++
 		var want, got []*objRow
 		p.each(func(rid uint32) bool { want = append(want, x.rows[rid]); return true })
-		slices.SortFunc(want, compareByName)
+		slices.SortFunc(want, refByName(x))
 		o.walk(nil, nil, false, func(rid uint32) bool { got = append(got, x.rows[rid]); return true })
 		if !slices.Equal(got, want) || o.len() != n {
-			t.Fatalf("round %d: %s: the order walks %d rows (len %d), the list has %d: %v", round, what, len(got), o.len(), n, rowKeys(got))
+			t.Fatalf("round %d: %s: the order walks %d rows (len %d), the list has %d: %v", round, what, len(got), o.len(), n, rowKeys(x, got))
 		}
 	}
 	for k, p := range x.kindStatus {
@@ -148,10 +148,10 @@ func checkListOrders(t *testing.T, s *Store, round int) map[*postings]bool {
 	return has
 }
 
-func rowKeys(rows []*objRow) []string {
+func rowKeys(x *objIndex, rows []*objRow) []string {
 	out := make([]string, len(rows))
 	for i, r := range rows {
-		out[i] = r.key()
+		out[i] = objectKey(x.keyOf(r))
 	}
 	return out
 }

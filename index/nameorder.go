@@ -63,43 +63,63 @@ type nameItem struct {
 	gen uint32
 }
 
-// deadRow keeps what comparing a dead item needs, by rowGen.
+// deadRow keeps what comparing a dead item needs, by rowGen: the removed
+// row and its namespace, whose id the dictionary may give another
+// namespace before the item goes (cluster ids are never reused, and a
+// kindInfo never changes). It keeps the row alive until the next
+// compaction, as the feed's events do for a while anyway.
 type deadRow struct {
-	key     string
-	nameOff uint16
+	r  *objRow
+	ns string
 }
 
 func rowGen(rid, gen uint32) uint64 { return uint64(rid)<<32 | uint64(gen) }
 
-// nameSeek is a position to seek: a name prefix, key and name offset.
+// nameSeek is a position to seek: a name prefix and a key.
 type nameSeek struct {
-	pfx     namePfx
-	key     string
-	nameOff uint16
+	pfx namePfx
+	key Key
 }
 
-// keyOf returns the key and name offset of an item's row, live or dead.
-func (o *nameOrder) keyOf(it *nameItem) (string, uint16) {
+// rowOf returns the row of an item, live or dead, and for a dead one its
+// namespace (see deadRow).
+func (o *nameOrder) rowOf(it *nameItem) (r *objRow, ns string, live bool) {
 	if o.live(it) {
-		r := o.x.rows[it.rid]
-		return r.key(), r.nameOff
+		return o.x.rows[it.rid], "", true
 	}
 	d := o.dead[rowGen(it.rid, it.gen)]
-	return d.key, d.nameOff
+	return d.r, d.ns, false
+}
+
+// itemKey returns the key of an item's row from what rowOf returned.
+func (o *nameOrder) itemKey(r *objRow, ns string, live bool) Key {
+	k := o.x.keyOf(r)
+	if !live {
+		k.Namespace = ns
+	}
+	return k
 }
 
 // compare orders items by name, then key. Most comparisons are decided by
 // the prefixes, without loading rows.
 func (o *nameOrder) compare(a, b *nameItem) int { return compareItems(o, a, o, b) }
 
-// compareItems orders item a of order ao and item b of order bo.
+// compareItems orders item a of order ao and item b of order bo, orders
+// of one index.
 func compareItems(ao *nameOrder, a *nameItem, bo *nameOrder, b *nameItem) int {
 	if c := a.pfx.compare(b.pfx); c != 0 {
 		return c
 	}
-	ak, aOff := ao.keyOf(a)
-	bk, bOff := bo.keyOf(b)
-	return compareKeys(ak, aOff, bk, bOff)
+	ar, ans, alive := ao.rowOf(a)
+	br, bns, blive := bo.rowOf(b)
+	if c := strings.Compare(ar.name(), br.name()); c != 0 {
+		return c
+	}
+	if alive && blive {
+		return ao.x.compareRows(ar, br)
+	}
+	ak, bk := ao.itemKey(ar, ans, alive), bo.itemKey(br, bns, blive)
+	return compareKeys(&ak, &bk)
 }
 
 // compareSeek orders an item against a seek position.
@@ -107,16 +127,15 @@ func (o *nameOrder) compareSeek(a *nameItem, s *nameSeek) int {
 	if c := a.pfx.compare(s.pfx); c != 0 {
 		return c
 	}
-	ak, ao := o.keyOf(a)
-	return compareKeys(ak, ao, s.key, s.nameOff)
-}
-
-// compareKeys orders two keys by their names, then whole.
-func compareKeys(a string, aOff uint16, b string, bOff uint16) int {
-	if c := strings.Compare(a[aOff:len(a)-1], b[bOff:len(b)-1]); c != 0 {
+	r, ns, live := o.rowOf(a)
+	if c := strings.Compare(r.name(), s.key.Name); c != 0 {
 		return c
 	}
-	return strings.Compare(a, b)
+	if live {
+		return o.x.compareRowKey(r, &s.key)
+	}
+	k := o.itemKey(r, ns, false)
+	return compareKeys(&k, &s.key)
 }
 
 // namePfx is the first 16 bytes of a name as two big-endian numbers,
@@ -137,9 +156,12 @@ func (p namePfx) compare(q namePfx) int {
 	return cmp.Compare(p.lo, q.lo)
 }
 
-// compareByName orders rows by name, then key.
-func compareByName(a, b *objRow) int {
-	return compareKeys(a.key(), a.nameOff, b.key(), b.nameOff)
+// compareByName orders stored rows by name, then key.
+func (x *objIndex) compareByName(a, b *objRow) int {
+	if c := strings.Compare(a.name(), b.name()); c != 0 {
+		return c
+	}
+	return x.compareRows(a, b)
 }
 
 func newNameOrder(x *objIndex) *nameOrder {
@@ -193,7 +215,7 @@ func (o *nameOrder) remove(r *objRow) {
 
 // removeID records that row r, of generation gen, leaves the order.
 func (o *nameOrder) removeID(r *objRow, gen uint32) {
-	o.dead[rowGen(r.rid, gen)] = deadRow{key: r.key(), nameOff: r.nameOff}
+	o.dead[rowGen(r.rid, gen)] = deadRow{r: r, ns: o.x.namespaces.str(r.nsid)}
 	id := r.rid & o.idMask
 	w := int(id >> 6)
 	if w >= len(o.deadIDs) {

@@ -1,6 +1,7 @@
 package index
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -11,8 +12,9 @@ import (
 // TestNameOrder checks the name order against a sorted reference while
 // rows come and go in writes of random size (so runs merge and compact),
 // with names that share long prefixes (so comparisons fall through to the
-// keys), keys removed and added again within one write, and seeks from
-// present and removed rows in both directions.
+// keys) and repeat across clusters, kinds and namespaces (so they fall
+// through to each part of the key), keys removed and added again within
+// one write, and seeks from present and removed rows in both directions.
 func TestNameOrder(t *testing.T) {
 	x := newObjIndex()
 	x.byName.maxRun = 256 // so that runs also stop merging
@@ -23,15 +25,21 @@ func TestNameOrder(t *testing.T) {
 		if rnd.IntN(10) == 0 {
 			name = strings.Repeat("z", rnd.IntN(20)+1)
 		}
-		o := pod("c", fmt.Sprintf("ns-%d", rnd.IntN(5)), name, StatusHealthy, nil)
+		o := pod(fmt.Sprintf("c%d", rnd.IntN(2)), fmt.Sprintf("ns-%d", rnd.IntN(5)), name, StatusHealthy, nil)
+		switch rnd.IntN(4) {
+		case 0:
+			o.Group = "apps" // another kind of the same name
+		case 1:
+			o.Kind, o.Resource = "Service", "services"
+		}
 		return &o
 	}
-	live := map[string]*objRow{}
-	var gone []string // keys of removed rows, for seeks
+	live := map[Key]*objRow{}
+	var gone []Key // keys of removed rows, for seeks
 	for range 300 {
 		for range rnd.IntN(40) + 1 {
 			o := newObject()
-			key := objectKey(o.Key())
+			key := o.Key()
 			if old := live[key]; old != nil {
 				x.remove(old)
 				delete(live, key)
@@ -50,7 +58,7 @@ func TestNameOrder(t *testing.T) {
 	for _, r := range live {
 		want = append(want, r)
 	}
-	slices.SortFunc(want, compareByName)
+	slices.SortFunc(want, refByName(x))
 	if x.byName.len() != len(want) {
 		t.Fatalf("len %d, want %d", x.byName.len(), len(want))
 	}
@@ -73,29 +81,31 @@ func TestNameOrder(t *testing.T) {
 	}
 	for i := 0; i < len(want); i += 29 {
 		r := want[i]
-		pivot := &nameSeek{pfx: namePrefix(r.name()), key: r.key(), nameOff: r.nameOff}
+		pivot := &nameSeek{pfx: namePrefix(r.name()), key: x.keyOf(r)}
 		if got := collect(pivot, false); !slices.Equal(got, want[i:]) {
-			t.Fatalf("ascending from %q: wrong rows", r.key())
+			t.Fatalf("ascending from %s: wrong rows", pivot.key)
 		}
 		if got := collect(pivot, true); !slices.Equal(got, reversed(want[:i+1])) {
-			t.Fatalf("descending from %q: wrong rows", r.key())
+			t.Fatalf("descending from %s: wrong rows", pivot.key)
 		}
 	}
 	for j, key := range gone {
 		if j%5 != 0 || live[key] != nil {
 			continue
 		}
-		parts := strings.Split(key, "\x00")
-		name := parts[len(parts)-2]
-		pivot := &nameSeek{pfx: namePrefix(name), key: key, nameOff: uint16(len(key) - 1 - len(name))}
-		probe := &objRow{data: key, keyLen: uint16(len(key)), nameOff: pivot.nameOff}
-		i, _ := slices.BinarySearchFunc(want, probe, compareByName)
+		pivot := &nameSeek{pfx: namePrefix(key.Name), key: key}
+		i, _ := slices.BinarySearchFunc(want, key, func(r *objRow, k Key) int {
+			return cmp.Or(strings.Compare(r.name(), k.Name), strings.Compare(objectKey(x.keyOf(r)), objectKey(k)))
+		})
 		if got := collect(pivot, false); !slices.Equal(got, want[i:]) {
-			t.Fatalf("ascending from removed %q: wrong rows", key)
+			t.Fatalf("ascending from removed %s: wrong rows", key)
 		}
 		if got := collect(pivot, true); !slices.Equal(got, reversed(want[:i])) {
-			t.Fatalf("descending from removed %q: wrong rows", key)
+			t.Fatalf("descending from removed %s: wrong rows", key)
 		}
+	}
+	if len(x.byName.dead) == 0 {
+		t.Fatal("no dead items: the test does not compare with removed rows")
 	}
 	x.byName.compact()
 	if len(x.byName.dead) != 0 || x.byName.items != len(want) {
@@ -149,3 +159,15 @@ func reversed[S ~[]E, E any](s S) S {
 	slices.Reverse(out)
 	return out
 }
+
+// refByName orders rows by name, then by their whole keys' encodings:
+// the name order's definition, independent of compareRows.
+func refByName(x *objIndex) func(a, b *objRow) int {
+	return func(a, b *objRow) int {
+		return cmp.Or(strings.Compare(a.name(), b.name()), strings.Compare(objectKey(x.keyOf(a)), objectKey(x.keyOf(b))))
+	}
+}
+
+// objectKey returns the encoding of k that cursors carry and the key
+// index hashes; its byte order is the key order.
+func objectKey(k Key) string { return string(appendObjectKey(nil, k)) }

@@ -117,7 +117,7 @@ func (s *Store) Delete(ctx context.Context, key Key) error {
 			w.deletePolicy(key)
 			return
 		}
-		if r := w.s.x.get(objectKey(key)); r != nil {
+		if r := w.s.x.lookup(&key); r != nil {
 			w.deleteObject(r)
 		}
 	})
@@ -136,8 +136,8 @@ func hasPolicyRows(rows []Object) bool {
 
 // upsertObject writes o unless the stored row has the same content.
 func (w *writeTxn) upsertObject(o *Object) {
-	var buf [256]byte
-	w.putObject(o, w.s.x.lookup(appendObjectKey(buf[:0], o.Key())))
+	k := o.Key()
+	w.putObject(o, w.s.x.lookup(&k))
 }
 
 // putObject writes o over old (nil when the key is not stored) unless both
@@ -265,17 +265,14 @@ func (w *writeTxn) upsertBulk(rows []Object, table *LabelTable) (olds []*objRow,
 	olds = make([]*objRow, len(rows))
 	seen := make(map[uint64]struct{}, len(rows))
 	nLabels := 0
-	var buf [256]byte
 	for i := range rows {
-		key := appendObjectKey(buf[:0], rows[i].Key())
-		h := x.byKey.hash(key)
+		key := rows[i].Key()
+		h := x.byKey.hash(&key)
 		if _, dup := seen[h]; dup {
 			return nil, false
 		}
 		seen[h] = struct{}{}
-		if rid, ok := x.byKey.getHashed(h, key, x.rows); ok {
-			olds[i] = x.rows[rid]
-		}
+		olds[i] = x.lookupHashed(h, &key)
 		nLabels += labels.count(i)
 	}
 	// ids[ends[i-1]:ends[i]] are the label pair ids of rows[i]; ready
@@ -380,8 +377,8 @@ func (w *writeTxn) setObjects(stale map[uint32]struct{}, rows []Object, table *L
 			if last[rows[i].Key()] != i {
 				continue
 			}
-			var buf [256]byte
-			olds[i] = x.lookup(appendObjectKey(buf[:0], rows[i].Key()))
+			k := rows[i].Key()
+			olds[i] = x.lookup(&k)
 			if table == nil {
 				w.putObject(&rows[i], olds[i])
 				continue
@@ -418,7 +415,7 @@ func (s *Store) GetWatch(w *Watch, k Key) (*Object, bool) {
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	r := s.x.get(objectKey(k))
+	r := s.x.lookup(&k)
 	if r == nil {
 		return nil, false
 	}

@@ -159,7 +159,8 @@ func (x *objIndex) insertRow(r *objRow) {
 		x.nsOf = append(x.nsOf, r.nsid)
 		x.gens = append(x.gens, 0)
 	}
-	x.byKey.put(r.key(), r.rid)
+	k := x.keyOf(r)
+	x.byKey.put(&k, r.rid)
 	x.byName.insert(pfx, r)
 	x.widenKindNames(r.kind.kid, pfx)
 	ca := x.cluster(r.cid)
@@ -179,7 +180,8 @@ func (x *objIndex) insertRow(r *objRow) {
 
 // remove deletes r from every index and frees its row id.
 func (x *objIndex) remove(r *objRow) {
-	x.byKey.delete(r.key(), r.rid)
+	k := x.keyOf(r)
+	x.byKey.delete(&k, r.rid)
 	x.msgs.release(r.message)
 	ca := x.byCluster[r.cid]
 	x.reshape(ca)
@@ -412,18 +414,15 @@ func (x *objIndex) recycle(seq, epoch, feedFirst, oldestRead uint64) bool {
 	return n+x.namespaces.unmapZero(seq, epoch) > 0
 }
 
-// lookup returns the row of a key given as bytes, without allocating.
-func (x *objIndex) lookup(key []byte) *objRow {
-	rid, ok := x.byKey.getBytes(key, x.rows)
-	if !ok {
-		return nil
-	}
-	return x.rows[rid]
+// lookup returns the row of key k, nil when none.
+func (x *objIndex) lookup(k *Key) *objRow {
+	return x.lookupHashed(x.byKey.hash(k), k)
 }
 
-// get returns the row of a key.
-func (x *objIndex) get(key string) *objRow {
-	rid, ok := x.byKey.get(key, x.rows)
+// lookupHashed is lookup with the key's hash (keyIndex.hash) already
+// computed.
+func (x *objIndex) lookupHashed(h uint64, k *Key) *objRow {
+	rid, ok := x.byKey.get(h, func(rid uint32) bool { return x.hasKey(x.rows[rid], k) })
 	if !ok {
 		return nil
 	}

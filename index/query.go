@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
-	"strings"
 	"unsafe"
 )
 
@@ -100,7 +99,7 @@ type cursor struct {
 	Desc  bool
 	Str   string
 	Num   int64
-	Key   string
+	Key   Key
 }
 
 // orderFields numbers the order fields in cursors.
@@ -125,8 +124,8 @@ func appendCursor(dst []byte, c cursor) []byte {
 	b = binary.AppendVarint(b, c.Num)
 	b = binary.AppendUvarint(b, uint64(len(c.Str)))
 	b = append(b, c.Str...)
-	b = binary.AppendUvarint(b, uint64(len(c.Key)))
-	b = append(b, c.Key...)
+	b = binary.AppendUvarint(b, uint64(objectKeyLen(&c.Key)))
+	b = appendObjectKey(b, c.Key)
 	return base64.RawURLEncoding.AppendEncode(dst, b)
 }
 
@@ -152,20 +151,22 @@ func decodeCursor(s string, o Order) (*cursor, error) {
 		return nil, malformed
 	}
 	c.Num, b = num, b[n:]
-	for _, dst := range []*string{&c.Str, &c.Key} {
+	var key string
+	for _, dst := range []*string{&c.Str, &key} {
 		l, n := binary.Uvarint(b)
 		if n <= 0 || l > uint64(len(b)-n) {
 			return nil, malformed
 		}
 		*dst, b = string(b[n:n+int(l)]), b[n+int(l):]
 	}
-	if len(b) != 0 || c.Key == "" {
+	var ok bool
+	if c.Key, ok = parseObjectKey(key); !ok || len(b) != 0 {
 		return nil, malformed
 	}
 	if c.Field != o.Field || c.Desc != o.Desc {
 		return nil, fmt.Errorf("%w: cursor belongs to another order", ErrInvalidQuery)
 	}
-	if c.Field == OrderName && (!strings.HasSuffix(c.Key, "\x00"+c.Str+"\x00") || len(c.Key) > maxKeyLen+8) {
+	if c.Field == OrderName && (c.Key.Name != c.Str || len(key) > maxKeyLen+8) {
 		return nil, malformed
 	}
 	// A position holds only what its order sorts by (see sortKeyOf): no
@@ -191,12 +192,15 @@ func decodeCursor(s string, o Order) (*cursor, error) {
 
 // sortKey is a row's position in an order, comparable with a cursor. In
 // the name order pfx is the name's prefix, which decides most comparisons
-// without the name.
+// without the name. The key that breaks ties is the row's (row), or for a
+// position no row holds (a cursor's) key; rows' keys are read only when
+// the rest ties.
 type sortKey struct {
 	pfx namePfx
 	str string
 	num int64
-	key string
+	row *objRow
+	key *Key // when row is nil
 }
 
 func validOrder(f OrderField) bool {
@@ -209,7 +213,7 @@ func validOrder(f OrderField) bool {
 
 // sortKeyOf returns r's sort key in order f.
 func (x *objIndex) sortKeyOf(f OrderField, r *objRow) sortKey {
-	k := sortKey{key: r.key()}
+	k := sortKey{row: r}
 	switch f {
 	case OrderName:
 		k.pfx, k.str = x.pfx[r.rid], r.name()
@@ -229,7 +233,9 @@ func (x *objIndex) sortKeyOf(f OrderField, r *objRow) sortKey {
 	return k
 }
 
-func compareSortKeys(a, b *sortKey) int {
+// compareSortKeys orders two positions; their rows must be readable
+// (the lock held since they were taken).
+func (x *objIndex) compareSortKeys(a, b *sortKey) int {
 	if c := a.pfx.compare(b.pfx); c != 0 {
 		return c
 	}
@@ -239,7 +245,24 @@ func compareSortKeys(a, b *sortKey) int {
 	if c := cmp.Compare(a.num, b.num); c != 0 {
 		return c
 	}
-	return cmp.Compare(a.key, b.key)
+	switch {
+	case a.row != nil && b.row != nil:
+		return x.compareRows(a.row, b.row)
+	case a.row != nil:
+		return x.compareRowKey(a.row, b.key)
+	case b.row != nil:
+		return -x.compareRowKey(b.row, a.key)
+	}
+	return compareKeys(a.key, b.key)
+}
+
+// pinKey makes k hold its row's key rather than the row, for a position
+// kept across a pause.
+func (x *objIndex) pinKey(k *sortKey) {
+	if k.row != nil {
+		key := x.keyOf(k.row)
+		k.row, k.key = nil, &key
+	}
 }
 
 // Query returns one page of visible objects matching q, with the total
@@ -294,7 +317,7 @@ func (s *Store) Query(ctx context.Context, q Query) (*Page, error) {
 	}
 	var after *sortKey
 	if cur != nil {
-		after = &sortKey{str: cur.Str, num: cur.Num, key: cur.Key}
+		after = &sortKey{str: cur.Str, num: cur.Num, key: &cur.Key}
 		if cur.Field == OrderName {
 			after.pfx = namePrefix(cur.Str)
 		}
@@ -320,12 +343,12 @@ func (s *Store) Query(ctx context.Context, q Query) (*Page, error) {
 		if q.NoEdgeCursors && i != 0 && i != len(rows)-1 {
 			continue // an empty cursor
 		}
-		sk := s.x.sortKeyOf(q.Order.Field, r)
+		sk, key := s.x.sortKeyOf(q.Order.Field, r), s.x.keyOf(r)
 		if cursors == nil {
-			cursors = make([]byte, 0, encoded*base64.RawURLEncoding.EncodedLen(len(sk.key)+len(sk.str)+16))
+			cursors = make([]byte, 0, encoded*base64.RawURLEncoding.EncodedLen(objectKeyLen(&key)+len(sk.str)+16))
 		}
 		start := len(cursors)
-		cursors = appendCursor(cursors, cursor{Field: q.Order.Field, Desc: q.Order.Desc, Str: sk.str, Num: sk.num, Key: sk.key})
+		cursors = appendCursor(cursors, cursor{Field: q.Order.Field, Desc: q.Order.Desc, Str: sk.str, Num: sk.num, Key: key})
 		page.Edges[i].Cursor = unsafe.String(unsafe.SliceData(cursors[start:]), len(cursors)-start)
 	}
 	return page, nil
@@ -408,7 +431,7 @@ func walkBudget(src source, first int) int {
 // without loading them, so an exact source costs a few nanoseconds a row.
 func (p *plan) collect(src source, o Order, after *sortKey, first int) ([]*objRow, bool, int, error) {
 	x := p.x
-	h := newTopK(o.Desc, first+1, src.est)
+	h := newTopK(x, o.Desc, first+1, src.est)
 	// beyond reports whether a row whose key compares c with a bound is
 	// past it in the order.
 	beyond := func(c int) bool { return (!o.Desc && c > 0) || (o.Desc && c < 0) }
@@ -434,7 +457,7 @@ func (p *plan) collect(src source, o Order, after *sortKey, first int) ([]*objRo
 			r = x.rows[rid]
 		}
 		sk := x.sortKeyOf(o.Field, r)
-		if after != nil && !beyond(compareSortKeys(&sk, after)) {
+		if after != nil && !beyond(x.compareSortKeys(&sk, after)) {
 			return true
 		}
 		h.offer(r, sk)
@@ -486,7 +509,7 @@ func (p *plan) walk(src source, o Order, after *sortKey, first, budget int) (row
 	for {
 		var pivot *nameSeek
 		if after != nil {
-			pivot = &nameSeek{pfx: namePrefix(after.str), key: after.key, nameOff: uint16(len(after.key) - 1 - len(after.str))}
+			pivot = &nameSeek{pfx: namePrefix(after.str), key: *after.key}
 		}
 		exact := src.exact && (src.has != nil || src.orders != nil) && (p.pace == nil || !p.pace.paused)
 		visited, last, stopped := 0, uint32(0), false
@@ -514,7 +537,7 @@ func (p *plan) walk(src source, o Order, after *sortKey, first, budget int) (row
 			r := x.rows[rid]
 			if after != nil {
 				sk := x.sortKeyOf(o.Field, r)
-				c := compareSortKeys(&sk, after)
+				c := x.compareSortKeys(&sk, after)
 				if (!o.Desc && c <= 0) || (o.Desc && c >= 0) {
 					return true
 				}
@@ -535,6 +558,7 @@ func (p *plan) walk(src source, o Order, after *sortKey, first, budget int) (row
 		}
 		// The chunk ended: resume after its last row once others ran.
 		sk := x.sortKeyOf(OrderName, x.rows[last])
+		x.pinKey(&sk)
 		after = &sk
 		if err := p.pace.pause(); err != nil {
 			return nil, false, false, err
@@ -573,6 +597,7 @@ func (p *plan) kindNames() *pfxRange {
 // keys (whose strings would need write barriers while the collector runs),
 // and a row that displaces the last one takes over its slot.
 type topK struct {
+	x     *objIndex
 	desc  bool
 	limit int
 	items []topItem
@@ -585,14 +610,14 @@ type topItem struct {
 }
 
 // newTopK returns a topK for the limit first of at most est rows.
-func newTopK(desc bool, limit, est int) *topK {
+func newTopK(x *objIndex, desc bool, limit, est int) *topK {
 	n := max(0, min(limit, est))
-	return &topK{desc: desc, limit: limit, items: make([]topItem, 0, n), heap: make([]int32, 0, n)}
+	return &topK{x: x, desc: desc, limit: limit, items: make([]topItem, 0, n), heap: make([]int32, 0, n)}
 }
 
 // after reports whether item i comes after item j in the order.
 func (h *topK) after(i, j int32) bool {
-	c := compareSortKeys(&h.items[i].sk, &h.items[j].sk)
+	c := h.x.compareSortKeys(&h.items[i].sk, &h.items[j].sk)
 	return (!h.desc && c > 0) || (h.desc && c < 0)
 }
 
@@ -617,7 +642,7 @@ func (h *topK) offer(r *objRow, sk sortKey) {
 		}
 		return
 	}
-	c := compareSortKeys(&sk, h.last())
+	c := h.x.compareSortKeys(&sk, h.last())
 	if (!h.desc && c >= 0) || (h.desc && c <= 0) {
 		return
 	}
@@ -641,7 +666,7 @@ func (h *topK) offer(r *objRow, sk sortKey) {
 // sorted returns the rows in order.
 func (h *topK) sorted() []*objRow {
 	slices.SortFunc(h.heap, func(i, j int32) int {
-		c := compareSortKeys(&h.items[i].sk, &h.items[j].sk)
+		c := h.x.compareSortKeys(&h.items[i].sk, &h.items[j].sk)
 		if h.desc {
 			return -c
 		}

@@ -180,14 +180,14 @@ func (s *Store) SnapshotCluster(name string) ClusterSnapshot {
 // keeps rows of one kind and namespace together.
 func sortRowsByKey(rows []Object) {
 	type keyed struct {
-		key string
+		key Key
 		i   int
 	}
 	keys := make([]keyed, len(rows))
 	for i := range rows {
-		keys[i] = keyed{objectKey(rows[i].Key()), i}
+		keys[i] = keyed{rows[i].Key(), i}
 	}
-	slices.SortFunc(keys, func(a, b keyed) int { return strings.Compare(a.key, b.key) })
+	slices.SortFunc(keys, func(a, b keyed) int { return compareKeys(&a.key, &b.key) })
 	out := make([]Object, len(rows))
 	for i, k := range keys {
 		out[i] = rows[k.i]

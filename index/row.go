@@ -18,12 +18,17 @@ var ErrInvalidRow = errors.New("index: invalid row")
 
 // objRow is the compact, immutable in-memory form of an Object. The index
 // keeps 96 bytes of row plus its data bytes per object: cluster, namespace
-// and kind strings are interned ids, labels are sorted pair ids, times are
-// Unix nanoseconds, and the name is a slice of the key. Updates build a new
-// objRow; the old one stays valid for readers and change events that still
-// hold it.
+// and kind strings are interned ids, labels are sorted pair ids and times
+// are Unix nanoseconds. Updates build a new objRow; the old one stays valid
+// for readers and change events that still hold it.
 //
-// The key, the uid, the resource version, the label pair ids and the
+// A row keeps only the name of its key: the cluster, group, kind and
+// namespace are the ids' strings (see keyOf), and comparing keys compares
+// ids first (compareRows). Keeping the whole key, as rows did before, cost
+// its other parts again in every row: about 35 bytes an object in the
+// benchmark fleet.
+//
+// The name, the uid, the resource version, the label pair ids and the
 // summary share one allocation (data) rather than five: the garbage
 // collector's work grows with the number of objects and pointers in the
 // heap, and at 1M rows each collection cycle marked about seven objects per
@@ -33,7 +38,7 @@ var ErrInvalidRow = errors.New("index: invalid row")
 // owner references by a pointer and a count: that took a row from 144
 // bytes (its allocation size class) to 96, about 48 MB at 1M objects.
 type objRow struct {
-	data    string // key, uid, resource version, label pair ids (4-byte little-endian, sorted), summary
+	data    string // name, uid, resource version, label pair ids (4-byte little-endian, sorted), summary
 	kind    *kindInfo
 	owners  *OwnerRef // the first of nOwners, nil for none
 	message string    // the caller's string until the row is stored, then the msgDict copy
@@ -42,12 +47,11 @@ type objRow struct {
 	rid     uint32 // dense row id used by posting lists; stable while the object exists
 	cid     uint32
 	nsid    uint32 // 0 for cluster-scoped objects
-	// The uid is data[keyLen:uidEnd], the resource version
-	// data[uidEnd:rvEnd], the label pair ids data[rvEnd:labelsEnd] and the
-	// summary data[labelsEnd:].
+	// The name is data[:nameLen], the uid data[nameLen:uidEnd], the
+	// resource version data[uidEnd:rvEnd], the label pair ids
+	// data[rvEnd:labelsEnd] and the summary data[labelsEnd:].
 	uidEnd, rvEnd, labelsEnd uint32
-	keyLen                   uint16 // the key is data[:keyLen]; keys are at most maxKeyLen+5 bytes
-	nameOff                  uint16 // offset of the name in key
+	nameLen                  uint16 // names are at most maxKeyLen bytes
 	// The number of owner references is nOwners | ownersHi<<16, at most
 	// maxOwners: 24 bits in the bytes a 96-byte row has to spare.
 	nOwners  uint16
@@ -55,15 +59,10 @@ type objRow struct {
 	ownersHi uint8
 }
 
-// key returns compoundKey(cluster, group, kind, namespace, name).
-func (r *objRow) key() string { return r.data[:r.keyLen] }
-
 // name returns the object name: the last key part.
-func (r *objRow) name() string {
-	return r.data[r.nameOff : r.keyLen-1]
-}
+func (r *objRow) name() string { return r.data[:r.nameLen] }
 
-func (r *objRow) uid() string { return r.data[r.keyLen:r.uidEnd] }
+func (r *objRow) uid() string { return r.data[r.nameLen:r.uidEnd] }
 func (r *objRow) rv() string  { return r.data[r.uidEnd:r.rvEnd] }
 
 // labelBytes returns the encoded label pair ids; equal strings mean equal
@@ -108,12 +107,11 @@ func (r *objRow) ownerRefs() []OwnerRef {
 }
 
 // rowData encodes the data of a row in one allocation (see objRow); ids
-// must be sorted. It returns the data and the ends of the key, uid,
-// resource version and labels.
-func rowData(k Key, uid, rv string, ids []uint32, summary []byte) (data string, keyLen, uidEnd, rvEnd, labelsEnd int) {
-	n := len(k.Cluster) + len(k.Group) + len(k.Kind) + len(k.Namespace) + len(k.Name) + 5
-	b := make([]byte, 0, n+len(uid)+len(rv)+4*len(ids)+len(summary))
-	b = appendObjectKey(b, k)
+// must be sorted. It returns the data and the ends of the uid, resource
+// version and labels.
+func rowData(name, uid, rv string, ids []uint32, summary []byte) (data string, uidEnd, rvEnd, labelsEnd int) {
+	b := make([]byte, 0, len(name)+len(uid)+len(rv)+4*len(ids)+len(summary))
+	b = append(b, name...)
 	b = append(b, uid...)
 	uidEnd = len(b)
 	b = append(b, rv...)
@@ -123,7 +121,7 @@ func rowData(k Key, uid, rv string, ids []uint32, summary []byte) (data string, 
 	}
 	labelsEnd = len(b)
 	b = append(b, summary...)
-	return unsafe.String(unsafe.SliceData(b), len(b)), n, uidEnd, rvEnd, labelsEnd // b is not used again
+	return unsafe.String(unsafe.SliceData(b), len(b)), uidEnd, rvEnd, labelsEnd // b is not used again
 }
 
 // sameFields reports whether o, whose key is old's, has the content of
@@ -180,18 +178,116 @@ func fromUnixNano(n int64) time.Time {
 	return time.Unix(0, n).UTC()
 }
 
-// objectKey returns the key of k in the object index.
-func objectKey(k Key) string {
-	return compoundKey(k.Cluster, k.Group, k.Kind, k.Namespace, k.Name)
-}
-
-// appendObjectKey appends objectKey(k) to b, for lookups that need not
-// allocate.
+// appendObjectKey appends the compoundKey of k's parts (cluster, group,
+// kind, namespace, name) to b: what the key index hashes and cursors
+// carry.
 func appendObjectKey(b []byte, k Key) []byte {
 	return appendKey(b, k.Cluster, k.Group, k.Kind, k.Namespace, k.Name)
 }
 
-// maxKeyLen bounds a key so that name offsets fit in 16 bits; Kubernetes
+// objectKeyLen returns the length of k's appendObjectKey encoding.
+func objectKeyLen(k *Key) int {
+	return len(k.Cluster) + len(k.Group) + len(k.Kind) + len(k.Namespace) + len(k.Name) + 5
+}
+
+// parseObjectKey is the inverse of appendObjectKey: it reports false
+// unless key is five NUL-terminated parts. The parts share key's bytes.
+func parseObjectKey(key string) (Key, bool) {
+	var parts [5]string
+	for i := range parts {
+		end := strings.IndexByte(key, 0)
+		if end < 0 {
+			return Key{}, false
+		}
+		parts[i], key = key[:end], key[end+1:]
+	}
+	if key != "" {
+		return Key{}, false
+	}
+	return Key{Cluster: parts[0], Group: parts[1], Kind: parts[2], Namespace: parts[3], Name: parts[4]}, true
+}
+
+// keyOf returns the key of row r, its strings shared with the
+// dictionaries and the row: it allocates nothing. It must be called with
+// the lock held (read or write).
+func (x *objIndex) keyOf(r *objRow) Key {
+	return Key{
+		Cluster: x.clusters.str(r.cid), Group: r.kind.Group, Kind: r.kind.Kind.Kind,
+		Namespace: x.namespaces.str(r.nsid), Name: r.name(),
+	}
+}
+
+// hasKey reports whether row r has key k, comparing the name first (the
+// part most keys differ in) and the namespace last (the dictionary least
+// likely to be in cache).
+func (x *objIndex) hasKey(r *objRow, k *Key) bool {
+	return r.name() == k.Name && r.kind.Kind.Kind == k.Kind && r.kind.Group == k.Group &&
+		x.clusters.str(r.cid) == k.Cluster && x.namespaces.str(r.nsid) == k.Namespace
+}
+
+// compareKeys orders keys part by part: cluster, group, kind, namespace,
+// then name. It is the order of their appendObjectKey encodings (parts hold
+// no NUL, which ends each part), the order cursors were made in.
+func compareKeys(a, b *Key) int {
+	if c := strings.Compare(a.Cluster, b.Cluster); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Group, b.Group); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Kind, b.Kind); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
+}
+
+// compareRowKey is compareKeys of row r's key and k, reading only the
+// parts it needs.
+func (x *objIndex) compareRowKey(r *objRow, k *Key) int {
+	if c := strings.Compare(x.clusters.str(r.cid), k.Cluster); c != 0 {
+		return c
+	}
+	if c := strings.Compare(r.kind.Group, k.Group); c != 0 {
+		return c
+	}
+	if c := strings.Compare(r.kind.Kind.Kind, k.Kind); c != 0 {
+		return c
+	}
+	if c := strings.Compare(x.namespaces.str(r.nsid), k.Namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(r.name(), k.Name)
+}
+
+// compareRows is compareKeys of two rows' keys. Parts whose ids are equal
+// are equal, so rows of one cluster, kind and namespace compare by name
+// without reading a dictionary.
+func (x *objIndex) compareRows(a, b *objRow) int {
+	if a.cid != b.cid {
+		if c := strings.Compare(x.clusters.str(a.cid), x.clusters.str(b.cid)); c != 0 {
+			return c
+		}
+	}
+	if a.kind != b.kind { // another version or resource may share the group and kind
+		if c := strings.Compare(a.kind.Group, b.kind.Group); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.kind.Kind.Kind, b.kind.Kind.Kind); c != 0 {
+			return c
+		}
+	}
+	if a.nsid != b.nsid {
+		if c := strings.Compare(x.namespaces.str(a.nsid), x.namespaces.str(b.nsid)); c != 0 {
+			return c
+		}
+	}
+	return strings.Compare(a.name(), b.name())
+}
+
+// maxKeyLen bounds a key so that name lengths fit in 16 bits; Kubernetes
 // names are at most 253 bytes.
 const maxKeyLen = 4096
 
@@ -270,11 +366,10 @@ func (r *objRow) hasLabels(ids []uint32) bool {
 // write lock held. The row has no rid yet, and its message is interned
 // only when the row is stored.
 func (x *objIndex) buildRow(o *Object, ids []uint32) *objRow {
-	data, keyLen, uidEnd, rvEnd, labelsEnd := rowData(o.Key(), o.UID, o.ResourceVersion, ids, o.Summary)
+	data, uidEnd, rvEnd, labelsEnd := rowData(o.Name, o.UID, o.ResourceVersion, ids, o.Summary)
 	r := &objRow{
 		data:      data,
-		keyLen:    uint16(keyLen),
-		nameOff:   uint16(keyLen - 1 - len(o.Name)),
+		nameLen:   uint16(len(o.Name)),
 		uidEnd:    uint32(uidEnd),
 		rvEnd:     uint32(rvEnd),
 		labelsEnd: uint32(labelsEnd),

@@ -42,8 +42,8 @@ func TestRowParts(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := x.buildRow(&o, x.internLabels(nil, o.Labels))
-			if r.key() != objectKey(o.Key()) || r.name() != o.Name || r.uid() != o.UID || r.rv() != o.ResourceVersion {
-				t.Fatalf("key %q name %q uid %q rv %q", r.key(), r.name(), r.uid(), r.rv())
+			if x.keyOf(r) != o.Key() || r.name() != o.Name || r.uid() != o.UID || r.rv() != o.ResourceVersion {
+				t.Fatalf("key %s name %q uid %q rv %q", x.keyOf(r), r.name(), r.uid(), r.rv())
 			}
 			got := x.object(r)
 			if !slices.Equal(got.OwnerRefs, o.OwnerRefs) || string(got.Summary) != string(o.Summary) || (got.Summary == nil) != (len(o.Summary) == 0) {

@@ -524,7 +524,6 @@ func (p *plan) eachInCluster(cid uint32, ca *ClusterAccess, fn func(*objRow) boo
 			return false
 		}
 	}
-	var key []byte
 	for no := range ca.Named {
 		if ca.Everywhere.Has(no.GroupResource) {
 			continue
@@ -542,8 +541,8 @@ func (p *plan) eachInCluster(cid uint32, ca *ClusterAccess, fn func(*objRow) boo
 		// is of that kind only if its own cluster names the same resource.
 		for _, kid := range x.kinds.kidsOfGR[no.GroupResource] {
 			gk := x.kinds.byKid[kid]
-			key = appendKey(key[:0], cluster, gk.Group, gk.Kind, no.Namespace, no.Name)
-			if r := x.lookup(key); r != nil && r.kind.kid == kid && !fn(r) {
+			key := Key{Cluster: cluster, Group: gk.Group, Kind: gk.Kind, Namespace: no.Namespace, Name: no.Name}
+			if r := x.lookup(&key); r != nil && r.kind.kid == kid && !fn(r) {
 				return false
 			}
 			if !anyNS || !x.kinds.namespaced[kid] {
@@ -555,12 +554,11 @@ func (p *plan) eachInCluster(cid uint32, ca *ClusterAccess, fn func(*objRow) boo
 				if nsid == 0 {
 					continue
 				}
-				ns := x.namespaces.str(nsid)
-				if ca.Namespaces[ns].Has(no.GroupResource) {
+				key.Namespace = x.namespaces.str(nsid)
+				if ca.Namespaces[key.Namespace].Has(no.GroupResource) {
 					continue
 				}
-				key = appendKey(key[:0], cluster, gk.Group, gk.Kind, ns, no.Name)
-				if r := x.lookup(key); r != nil && r.kind.kid == kid && !fn(r) {
+				if r := x.lookup(&key); r != nil && r.kind.kid == kid && !fn(r) {
 					return false
 				}
 			}
