@@ -598,8 +598,8 @@ func (p *plan) kindNames() *pfxRange {
 // and a row that displaces the last one takes over its slot.
 type topK struct {
 	x     *objIndex
+	limit int32 // at most MaxPageSize+1; 32 bits keep topK in its 64-byte size class
 	desc  bool
-	limit int
 	items []topItem
 	heap  []int32 // heap[0] indexes the last row of the page so far
 }
@@ -612,7 +612,7 @@ type topItem struct {
 // newTopK returns a topK for the limit first of at most est rows.
 func newTopK(x *objIndex, desc bool, limit, est int) *topK {
 	n := max(0, min(limit, est))
-	return &topK{x: x, desc: desc, limit: limit, items: make([]topItem, 0, n), heap: make([]int32, 0, n)}
+	return &topK{x: x, desc: desc, limit: int32(limit), items: make([]topItem, 0, n), heap: make([]int32, 0, n)}
 }
 
 // after reports whether item i comes after item j in the order.
@@ -623,7 +623,7 @@ func (h *topK) after(i, j int32) bool {
 
 // full reports whether the heap holds limit rows; last is then the last
 // row of the page.
-func (h *topK) full() bool { return len(h.heap) >= h.limit }
+func (h *topK) full() bool { return len(h.heap) >= int(h.limit) }
 
 func (h *topK) last() *sortKey { return &h.items[h.heap[0]].sk }
 
