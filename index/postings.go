@@ -100,19 +100,34 @@ func (p *postings) add(id uint32, maxRows int) {
 		return
 	}
 	ids := p.ids()
-	if n := len(ids); ids[n-1] < id {
-		ids = append(ids, id)
-	} else {
-		i, found := slices.BinarySearch(ids, id)
-		if found {
+	i, found := len(ids), false
+	if ids[i-1] >= id {
+		if i, found = slices.BinarySearch(ids, id); found {
 			return
 		}
-		ids = slices.Insert(ids, i, id)
 	}
+	if len(ids) == cap(ids) {
+		ids = growIDs(ids)
+	}
+	ids = slices.Insert(ids, i, id)
 	p.setIDs(ids)
 	if n := len(ids); n >= postingsMinDense && n > maxRows/postingsDenseDiv {
 		p.toBits(maxRows)
 	}
+}
+
+// growIDs returns a copy of the full array ids with room for an eighth
+// more (one more at least), rounded up to its allocation size class (which
+// slices.Grow of a nil slice does). append doubles a small slice instead,
+// so arrays were on average about three quarters full: at 100k objects the
+// posting arrays took 43.9 bytes an object for 33.5 of ids, against 36.4
+// for arrays of the smallest size class that holds them. Copying an eighth
+// more each time copies each id about 8 times over an array's growth,
+// against 2 when doubling: a few tens of milliseconds of memmove at 1M
+// objects.
+func growIDs(ids []uint32) []uint32 {
+	n := len(ids)
+	return append(slices.Grow([]uint32(nil), n+max(1, n/8)), ids...)
 }
 
 func (b *bitmap) set(id uint32) {
