@@ -274,8 +274,9 @@ func (p *plan) matchFilter(r *objRow) bool {
 func (p *plan) matchLabel(lr *labelReq, r *objRow) bool {
 	pid, has := uint32(0), false
 	if lr.known {
-		for i := range r.numLabels() {
-			id := r.label(i)
+		ls := r.labels()
+		for i := range ls.len() {
+			id := ls.at(i)
 			if p.x.labels.pairs.at(id).kid == lr.key {
 				pid, has = id, true
 				break

@@ -370,8 +370,9 @@ func (x *objIndex) addCounts(r *objRow, ca *clusterAgg, na *nsAgg, d int32) {
 
 func (x *objIndex) addLabels(r *objRow, v rowView) {
 	rid, n := r.rid, v.maxRows
-	for i := range r.numLabels() {
-		pid := r.label(i)
+	ls := r.labels()
+	for i := range ls.len() {
+		pid := ls.at(i)
 		lp := x.labels.pairs.at(pid)
 		lp.rows.add(rid, n)
 		x.labelOrders.added(x, &lp.rows, rid, v)
@@ -386,8 +387,9 @@ func (x *objIndex) addLabels(r *objRow, v rowView) {
 // removeLabels unindexes the labels of r, whose id has generation gen.
 func (x *objIndex) removeLabels(r *objRow, gen uint32) {
 	rid := r.rid
-	for i := range r.numLabels() {
-		pid := r.label(i)
+	ls := r.labels()
+	for i := range ls.len() {
+		pid := ls.at(i)
 		lp := x.labels.pairs.at(pid)
 		lp.rows.remove(rid)
 		x.labelOrders.removed(&lp.rows, r, gen)

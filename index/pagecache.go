@@ -292,8 +292,9 @@ func (c *pageCache) keepSet(r *objRow, m map[string]string) map[string]string {
 
 // mark sets the bits of the pair ids of r's labels.
 func (c *pageCache) mark(r *objRow) {
-	for i := range r.numLabels() {
-		pid := r.label(i)
+	ls := r.labels()
+	for i := range ls.len() {
+		pid := ls.at(i)
 		w := int(pid >> 6)
 		if w >= len(c.pids) {
 			c.pids = append(c.pids, make([]uint64, w+1-len(c.pids))...)

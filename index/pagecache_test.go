@@ -115,7 +115,8 @@ func TestPageLabelsEpochWrap(t *testing.T) {
 	p, err := s.Query(ctxb, Query{Access: &Access{All: true}})
 	mustNoErr(t, err)
 	c := &s.x.labels.cache
-	r := s.x.get(objectKey(p.Edges[0].Object.Key()))
+	k := p.Edges[0].Object.Key()
+	r := s.x.lookup(&k)
 	if c.set(r.labelBytes()) == nil {
 		t.Fatal("the page kept no label map")
 	}

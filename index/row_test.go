@@ -3,17 +3,18 @@ package index
 import (
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
 )
 
 // TestRowSize holds objRow to its allocation size class: a field that
-// takes it past 96 bytes costs 16 bytes per object (the next class is
-// 112), about 16 MB at 1M objects.
+// takes it past 80 bytes costs 16 bytes per object (the next class is
+// 96), about 16 MB at 1M objects.
 func TestRowSize(t *testing.T) {
-	if got := unsafe.Sizeof(objRow{}); got > 96 {
-		t.Fatalf("objRow is %d bytes, want at most 96", got)
+	if got := unsafe.Sizeof(objRow{}); got > 80 {
+		t.Fatalf("objRow is %d bytes, want at most 80", got)
 	}
 }
 
@@ -35,6 +36,13 @@ func TestRowParts(t *testing.T) {
 		// More owner references than a 16-bit count holds: an object
 		// Kubernetes accepts (about 17 bytes a reference in protobuf).
 		{Cluster: "c", Kind: "ConfigMap", Version: "v1", Resource: "configmaps", Name: "owned", Namespace: "ns", OwnerRefs: manyOwners(70_000)},
+		// Lengths of 128 and more take two bytes or more of the header
+		// (span's long path), each part in turn.
+		{Cluster: "c", Kind: "ConfigMap", Version: "v1", Resource: "configmaps", Name: strings.Repeat("n", 253), UID: "u", ResourceVersion: "1", Summary: []byte("s")},
+		{Cluster: "c", Kind: "ConfigMap", Version: "v1", Resource: "configmaps", Name: "long-uid", UID: strings.Repeat("u", 200), ResourceVersion: "1"},
+		{Cluster: "c", Kind: "ConfigMap", Version: "v1", Resource: "configmaps", Name: "long-rv", UID: "u", ResourceVersion: strings.Repeat("9", 20_000), Summary: []byte("s")},
+		{Cluster: "c", Kind: "ConfigMap", Version: "v1", Resource: "configmaps", Name: "many-labels", UID: "u", Labels: manyLabels(300), Summary: []byte("s")},
+		{Cluster: "c", Kind: "ConfigMap", Version: "v1", Resource: "configmaps", Name: strings.Repeat("m", maxKeyLen-20), UID: strings.Repeat("u", 127), ResourceVersion: strings.Repeat("1", 128), Labels: manyLabels(127)},
 	}
 	for _, o := range cases {
 		t.Run(o.Name, func(t *testing.T) {
@@ -44,6 +52,13 @@ func TestRowParts(t *testing.T) {
 			r := x.buildRow(&o, x.internLabels(nil, o.Labels))
 			if x.keyOf(r) != o.Key() || r.name() != o.Name || r.uid() != o.UID || r.rv() != o.ResourceVersion {
 				t.Fatalf("key %s name %q uid %q rv %q", x.keyOf(r), r.name(), r.uid(), r.rv())
+			}
+			if ls := r.labels(); ls.len() != len(o.Labels) || !slices.IsSorted(r.labelIDs(nil)) {
+				t.Fatalf("%d labels, want %d", ls.len(), len(o.Labels))
+			}
+			start, nameEnd, uidEnd, rvEnd, labelsEnd := r.span()
+			if s2, n2, u2, v2, l2 := r.spanLong(); s2 != start || n2 != nameEnd || u2 != uidEnd || v2 != rvEnd || l2 != labelsEnd {
+				t.Fatalf("span %d %d %d %d %d, spanLong %d %d %d %d %d", start, nameEnd, uidEnd, rvEnd, labelsEnd, s2, n2, u2, v2, l2)
 			}
 			got := x.object(r)
 			if !slices.Equal(got.OwnerRefs, o.OwnerRefs) || string(got.Summary) != string(o.Summary) || (got.Summary == nil) != (len(o.Summary) == 0) {
@@ -66,6 +81,15 @@ func TestValidateRowOwners(t *testing.T) {
 	if err := validateRow(&o); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// manyLabels returns n distinct labels.
+func manyLabels(n int) map[string]string {
+	m := make(map[string]string, n)
+	for i := range n {
+		m["k"+strconv.Itoa(i)] = "v" + strconv.Itoa(i%7)
+	}
+	return m
 }
 
 // manyOwners returns n distinct owner references.
