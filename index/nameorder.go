@@ -156,14 +156,6 @@ func (p namePfx) compare(q namePfx) int {
 	return cmp.Compare(p.lo, q.lo)
 }
 
-// compareByName orders stored rows by name, then key.
-func (x *objIndex) compareByName(a, b *objRow) int {
-	if c := strings.Compare(a.name(), b.name()); c != 0 {
-		return c
-	}
-	return x.compareRows(a, b)
-}
-
 func newNameOrder(x *objIndex) *nameOrder {
 	return &nameOrder{x: x, dead: map[uint64]deadRow{}, idMask: ^uint32(0), minCompact: 1024, maxRun: maxMergedRun}
 }
