@@ -171,3 +171,52 @@ func refByName(x *objIndex) func(a, b *objRow) int {
 // objectKey returns the encoding of k that cursors carry and the key
 // index hashes; its byte order is the key order.
 func objectKey(k Key) string { return string(appendObjectKey(nil, k)) }
+
+// TestNameOrderDeadItemsOfReusedNamespaces pages through the name order
+// while its dead items belong to namespaces whose ids the dictionary has
+// reclaimed and given to other namespaces: the case of kube-root-ca.crt
+// and default in every namespace, with CI namespaces created and
+// deleted. A dead item must still compare under the namespace it had
+// (deadRow.ns); under its id's new string, runs merged after the reuse
+// are out of order and pages skip or repeat rows.
+func TestNameOrderDeadItemsOfReusedNamespaces(t *testing.T) {
+	const live, churn = 20, 400 // namespaces alive at any time, created
+	s, _ := newTestStore(t, WithReplayBuffer(8))
+	x := s.x
+	x.byName.minCompact = 1 << 20 // dead items stay until the end
+	// Namespaces are named out of creation order, so that a reused id's
+	// new string sorts anywhere against the old one.
+	ns := func(i int) string { return fmt.Sprintf("ns-%03d", i*7919%churn) }
+	names := []string{"default", "kube-root-ca.crt"}
+	for i := range churn {
+		for _, name := range names {
+			mustNoErr(t, s.Upsert(ctxb, pod("c0", ns(i), name, StatusHealthy, nil)))
+			if i >= live {
+				mustNoErr(t, s.Delete(ctxb, Key{Cluster: "c0", Kind: "Pod", Namespace: ns(i - live), Name: name}))
+			}
+		}
+	}
+	reused := 0
+	for _, d := range x.byName.dead {
+		if now := x.namespaces.str(d.r.nsid); now != "" && now != d.ns {
+			reused++
+		}
+	}
+	if len(x.byName.dead) == 0 || reused == 0 {
+		t.Fatalf("%d dead items, %d of them in a namespace whose id names another: the test needs some", len(x.byName.dead), reused)
+	}
+	var want []Object
+	for i := churn - live; i < churn; i++ {
+		for _, name := range names {
+			want = append(want, pod("c0", ns(i), name, StatusHealthy, nil))
+		}
+	}
+	for _, desc := range []bool{false, true} {
+		order := Order{Field: OrderName, Desc: desc}
+		slices.SortFunc(want, func(a, b Object) int { return refCompare(order, &a, &b) })
+		for _, first := range []int{1, 3, 7} {
+			checkPaged(t, s, Query{Order: order, First: first, Access: &Access{All: true}}, want,
+				fmt.Sprintf("desc=%v first=%d, %d dead items, %d in reused namespaces", desc, first, len(x.byName.dead), reused))
+		}
+	}
+}
