@@ -479,7 +479,7 @@ func (s *agentSession) sendDelta(ctx context.Context, ups []index.Object, dels [
 		size += len(raw) + 1
 	}
 	for _, k := range dels {
-		n := len(k.Cluster) + len(k.Group) + len(k.Kind) + len(k.Namespace) + len(k.Name) + 80 // field names and quotes
+		n := keyBytes(k) + 80 // field names and quotes
 		if size+n > budget {
 			if err := flush(); err != nil {
 				return err

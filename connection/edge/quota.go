@@ -96,35 +96,41 @@ func (q *Quotas) checkRow(o *index.Object) (int, error) {
 // edge counts the same for its deltas' budget (deltaBudget).
 func rowCost(o *index.Object, maxString int) (cost int, over string) {
 	cost = int(unsafe.Sizeof(*o))
-	str := func(what, s string) {
-		if len(s) > maxString && over == "" {
-			over = fmt.Sprintf("%s is %d bytes", what, len(s))
+	// str counts a string of n bytes, and names it (what, then label)
+	// only when it is over: the message is built at most once a row, as
+	// this runs for every label of every row either side holds.
+	str := func(what, label string, n int) {
+		if n > maxString && over == "" {
+			over = fmt.Sprintf("%s%s is %d bytes", what, label, n)
 		}
-		cost += len(s)
+		cost += n
 	}
-	for _, f := range []struct{ what, s string }{
-		{"name", o.Name},
-		{"namespace", o.Namespace},
-		{"group", o.Group},
-		{"version", o.Version},
-		{"kind", o.Kind},
-		{"resource", o.Resource},
-		{"uid", o.UID},
-		{"resourceVersion", o.ResourceVersion},
-		{"message", o.Message},
-		{"summary", string(o.Summary)},
+	for _, f := range []struct {
+		what string
+		n    int
+	}{
+		{"name", len(o.Name)},
+		{"namespace", len(o.Namespace)},
+		{"group", len(o.Group)},
+		{"version", len(o.Version)},
+		{"kind", len(o.Kind)},
+		{"resource", len(o.Resource)},
+		{"uid", len(o.UID)},
+		{"resourceVersion", len(o.ResourceVersion)},
+		{"message", len(o.Message)},
+		{"summary", len(o.Summary)},
 	} {
-		str(f.what, f.s)
+		str(f.what, "", f.n)
 	}
 	const mapEntry = 2 * int(unsafe.Sizeof("")) // a label's two string headers, before the map's own overhead
 	for k, v := range o.Labels {
-		str("a label key", k)
-		str("the value of label "+k, v)
+		str("a label key", "", len(k))
+		str("the value of label ", k, len(v))
 		cost += mapEntry + 16
 	}
 	for _, r := range o.OwnerRefs {
-		str("an owner reference", r.Kind)
-		str("an owner reference", r.Name)
+		str("an owner reference", "", len(r.Kind))
+		str("an owner reference", "", len(r.Name))
 		cost += int(unsafe.Sizeof(r))
 	}
 	if p := o.Policy; p != nil {
@@ -133,17 +139,17 @@ func rowCost(o *index.Object, maxString int) (cost int, over string) {
 			cost += int(unsafe.Sizeof(r))
 			for _, list := range [][]string{r.Verbs, r.APIGroups, r.Resources, r.ResourceNames, r.NonResourceURLs} {
 				for _, s := range list {
-					str("a policy rule entry", s)
+					str("a policy rule entry", "", len(s))
 					cost += int(unsafe.Sizeof(s))
 				}
 			}
 		}
 		for _, s := range p.Subjects {
-			str("a subject", s.Name)
-			str("a subject", s.Namespace)
+			str("a subject", "", len(s.Name))
+			str("a subject", "", len(s.Namespace))
 			cost += int(unsafe.Sizeof(s))
 		}
-		str("the role reference", p.RoleRef.Name)
+		str("the role reference", "", len(p.RoleRef.Name))
 	}
 	return cost, over
 }

@@ -335,9 +335,10 @@ func (s *session) pingLoop(ctx context.Context) {
 // session is ended or ctx ends. A snapshot may stay incomplete for
 // MaxSnapshotPending (review-s7-edge L2): its rows, and what deltas wrote
 // meanwhile, are held until its final part, and with deltas flowing an
-// edge that never sends it would look healthy. When the time is up the
-// messages already queued are applied first (one may be the final part),
-// and any message after it ends the session too.
+// edge that never sends it would look healthy. When the time is up, the
+// next queued message is still applied (it may be the final part); after
+// it the session ends. The check runs after every message, so an edge
+// that keeps its window full of deltas cannot put it off.
 func (s *session) applyLoop(ctx context.Context) error {
 	s.snapTimer = time.NewTimer(s.h.opts.MaxSnapshotPending)
 	s.snapTimer.Stop()
@@ -447,7 +448,9 @@ func (s *session) applySnapshot(ctx context.Context, sn *Snapshot) error {
 			p.order = append(p.order, id)
 		}
 		s.snap = p
-		s.snapTimer.Reset(limit)
+		// From the deadline, not from limit: the timer must not fire
+		// before the deadline it checks.
+		s.snapTimer.Reset(time.Until(p.deadline))
 	} else {
 		if sn.ID != s.snap.id || sn.Part != s.snap.next {
 			return rejectf(ReasonInvalid, "got snapshot %d part %d, expected snapshot %d part %d", sn.ID, sn.Part, s.snap.id, s.snap.next)
@@ -668,7 +671,8 @@ func (s *session) applyDelta(ctx context.Context, d *Delta) error {
 // noteWrites records a delta's writes in the pending snapshot p, in the
 // order the delta applies them (upserts, then deletes), before any is
 // applied. It ends the session when a write is of a kind p does not sync,
-// or when p would hold more than the snapshot limit: an edge cannot make
+// or when p would hold more than the deltas' allowance (wroteLimit, which
+// the Welcome announces): an edge cannot make
 // the manager keep an unbounded flood of deltas during a snapshot, nor
 // rows nothing counts.
 func (s *session) noteWrites(p *pendingSnapshot, rows []index.Object, costs []int, deletes []index.Key) error {
