@@ -646,7 +646,7 @@ func (d *labelDict) held() int { return d.pairs.len() - len(d.rc.free) }
 
 // labelMap returns a new map of the labels of r, nil when it has none.
 func (d *labelDict) labelMap(r *objRow) map[string]string {
-	var buf [16]pairKV
+	var buf [128]pairKV // the labels of a row within the edge quota (128) stay on the stack
 	return d.labelMapOf(d.appendPairs(buf[:0], r))
 }
 

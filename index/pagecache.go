@@ -40,8 +40,7 @@ import (
 // mostly new, about 3 µs of its 20 at 1M objects, in hashing, probing and
 // growing maps whose entries were out of cache. So the cache's own memory
 // is about 5 MB at most (the tables, up to 4.7 MB of Objects, 8,192 maps),
-// but it bounds
-// rows, not bytes: a kept Object keeps its row's data, owner references
+// but it bounds rows, not bytes: a kept Object keeps its row's data, owner references
 // and message alive until dropped, updated or deleted rows' too (about
 // 16,000 rows, 10-15 MB on the synthetic fleet, more with large rows).
 // RemoveCluster drops every kept Object (dropObjects), so that an
@@ -53,8 +52,9 @@ import (
 // commit that reclaims a marked pair drops every label map
 // (labelDict.recycle, under the write lock, when no read can hold a row
 // with the pair) by moving to a new epoch: maps kept in an earlier one are
-// never found again, and go as new ones take their entries. Pairs of labels nobody paged lately are reclaimed on
-// nearly every commit under label churn, and drop nothing. Kept Objects
+// never found again, and go as new ones take their entries. Pairs of
+// labels nobody paged lately are reclaimed on nearly every commit under
+// label churn, and drop nothing. Kept Objects
 // need no reset: a row that can be read still has the labels its Object
 // shows.
 //
@@ -286,7 +286,12 @@ func (c *pageCache) keepSet(r *objRow, m map[string]string) map[string]string {
 	}
 	c.mark(r)
 	es, h := c.labelSet(r.labelBytes())
-	es[1], es[0] = es[0], pageSet{hash: h, epoch: c.epoch, set: strings.Clone(r.labelBytes()), m: m}
+	kept := pageSet{hash: h, epoch: c.epoch, set: strings.Clone(r.labelBytes()), m: m}
+	if e := es[0]; e.m == nil || e.epoch != c.epoch {
+		es[0] = kept // an entry of an earlier epoch goes before a current one
+	} else {
+		es[1], es[0] = es[0], kept
+	}
 	return m
 }
 

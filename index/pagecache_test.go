@@ -124,11 +124,53 @@ func TestPageLabelsEpochWrap(t *testing.T) {
 	if c.set(r.labelBytes()) != nil {
 		t.Fatal("a label map is found after a reset")
 	}
-	c.epoch = ^uint32(0) - 1 // the map's epoch less one: the next reset is the 2^32nd
+	c.epoch = ^uint32(0) - 1 // two resets before the epoch wraps back to 0, the map's
 	c.resetSets()
 	c.resetSets()
 	if c.set(r.labelBytes()) != nil {
 		t.Fatal("a label map kept 2^32 resets ago is found again")
+	}
+}
+
+// TestPageLabelsTable checks the label-map table's two rules that no
+// page exercises for sure: a map is found only by its whole label bytes
+// (a forged entry with the same hash and another set is not returned),
+// and keeping a map evicts an entry of an earlier epoch before a current
+// one.
+func TestPageLabelsTable(t *testing.T) {
+	s, _ := newTestStore(t)
+	mustNoErr(t, s.Upsert(ctxb, pod("c0", "ns0", "a", StatusHealthy, map[string]string{"app": "web"})))
+	p, err := s.Query(ctxb, Query{Access: &Access{All: true}})
+	mustNoErr(t, err)
+	c := &s.x.labels.cache
+	k := p.Edges[0].Object.Key()
+	r := s.x.lookup(&k)
+	set := r.labelBytes()
+	kept := c.set(set)
+	if kept == nil {
+		t.Fatal("the page kept no label map")
+	}
+
+	es, h := c.labelSet(set)
+	saved := [2]pageSet{es[0], es[1]}
+	wrong := map[string]string{"app": "other"}
+	es[0] = pageSet{hash: h, epoch: c.epoch, set: "forged", m: wrong}
+	es[1] = es[0]
+	if m := c.set(set); m != nil {
+		t.Fatalf("a forged entry with the same hash is found: %v", m)
+	}
+	es[0], es[1] = saved[0], saved[1]
+
+	c.resetSets() // the kept map is now of an earlier epoch, in es[0]
+	other := pageSet{hash: h + 1, epoch: c.epoch, set: "current", m: wrong}
+	es[1] = other
+	m := map[string]string{"app": "web"}
+	if got := c.keepSet(r, m); !maps.Equal(got, m) {
+		t.Fatalf("keepSet = %v, want %v", got, m)
+	}
+	if es[1].set != "current" || es[0].set != set || es[0].epoch != c.epoch {
+		t.Errorf("after keepSet the set holds %q (epoch %d) and %q: want the new map first and the current entry kept",
+			es[0].set, es[0].epoch, es[1].set)
 	}
 }
 
