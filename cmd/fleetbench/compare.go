@@ -315,8 +315,9 @@ type churnResult struct {
 	queries  int
 	// gcShare is the share of the process's CPU capacity (GOMAXPROCS x
 	// the run's wall clock) the Go runtime estimates it spent collecting
-	// garbage, and gcCycles the collections: fleetgraph's own cost, as
-	// the store runs in this process (for the other stores, the clients').
+	// garbage, and gcCycles the collections. The process holds
+	// fleetgraph's index throughout, so they are fleetgraph's cost (and
+	// the harness's) on its run, and mean nothing on another store's.
 	gcShare  float64
 	gcCycles uint64
 }

@@ -27,6 +27,9 @@ func startGCPolicy(headroom int) (*gcpolicy.Tuner, string, error) {
 		return nil, "", err
 	}
 	if why := gcpolicy.Off(p); why != "" {
+		if os.Getenv("GOGC") != "" {
+			return t, "off (" + why + ")", nil
+		}
 		return t, "off (" + why + "): the Go default, GOGC 100", nil
 	}
 	return t, "on, as in fleetgraph serve: " + p.String(), nil

@@ -101,7 +101,7 @@ func kindIndex(kind string) int {
 // before adds nothing. The RSS right after the load and the live heap are
 // reported beside it: the heap grows beyond the live heap by the garbage
 // collector's headroom (GOGC 100: up to twice the live heap; the policy
-// fleetgraph serve runs, which fleetbench runs too: max(16 MiB, 25%)), and
+// fleetgraph serve runs, which fleetbench runs too: max(16 MiB, 50%)), and
 // the runtime keeps what it grew to (see BENCHMARKS.md's memory paragraph).
 func (p *fleetgraphPeer) size(context.Context) (int64, string, error) {
 	n := max(p.objects, 1)

@@ -187,7 +187,7 @@ At least one authenticator (--tokens-file, --oidc-issuer or
 	// Not in serveFlags: demo's index is small, and below 16 MiB of live
 	// heap the policy keeps the Go default anyway.
 	cmd.Flags().IntVar(&gcHeadroom, "gc-headroom", gcpolicy.DefaultHeadroom,
-		"percent of the live heap the heap may grow by between garbage collections, but at least 16 MiB (Go's default is 100%): less memory for more GC CPU, see docs/operations.md; 0 turns it off, and so does GOGC in the environment")
+		"percent of the live heap the heap may grow by between garbage collections, but at least 16 MiB (Go's default is 100%): 10 to 100, less memory for more GC CPU, see docs/operations.md; 0 turns it off, and so does a non-empty GOGC in the environment")
 	return cmd
 }
 

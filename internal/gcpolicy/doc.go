@@ -9,8 +9,7 @@
 // (runtime/metrics, /gc/heap/live:bytes) and sets the GC percent
 // (debug.SetGCPercent) to Policy.Percent of it: the Go default while the
 // heap is small, then headroom of max(Floor, Headroom% of live); with the
-// defaults, max(16 MiB, 25%). The hook
-// is a cleanup (runtime.AddCleanup) on a sentinel allocated again after
+// defaults, max(16 MiB, 50%). The hook is a cleanup (runtime.AddCleanup) on a sentinel allocated again after
 // each cycle, so the package starts no goroutine of its own and reads no
 // clock: it acts at most once per collection, on the runtime's cleanup
 // goroutine.
@@ -18,8 +17,9 @@
 // It composes with GOMEMLIMIT (cmd/fleetgraph/memlimit.go): the runtime
 // collects at whichever of the two goals comes first, so the policy only
 // lowers the goal below the memory limit, never raises it. GOGC set in the
-// environment is the operator's choice and turns the policy off, and so
-// does a Headroom of 0.
+// environment is the operator's choice and turns the policy off (an empty
+// GOGC is the runtime's default, not a choice), and so does a Headroom of
+// 0.
 //
 // Why not a library: bytedance/gopkg's gctuner (v0.1.4, the module proxy's
 // latest) is the well-kept one, but it solves another problem, with the

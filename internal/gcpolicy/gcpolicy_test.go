@@ -18,7 +18,7 @@ const mib = 1 << 20
 // TestPercent: the Go default while the heap is small, the floor's share
 // in between, Headroom once the heap is large.
 func TestPercent(t *testing.T) {
-	def := Default()
+	def, quarter := Default(), Policy{Headroom: 25, Floor: DefaultFloor}
 	for _, c := range []struct {
 		name string
 		p    Policy
@@ -28,12 +28,13 @@ func TestPercent(t *testing.T) {
 		{"unknown heap", def, 0, 100},
 		{"tiny heap", def, 1 * mib, 100},
 		{"at the floor", def, 16 * mib, 100},
-		{"twice the floor", def, 32 * mib, 50},
-		{"three times the floor, rounded up", def, 48 * mib, 34},
-		{"where Headroom takes over", def, 64 * mib, 25},
-		{"100k objects", def, 65 * mib, 25},
-		{"1M objects", def, 511 * mib, 25},
-		{"10M objects", def, 4600 * mib, 25},
+		{"between the floor and twice it, rounded up", def, 24 * mib, 67},
+		{"where Headroom takes over", def, 32 * mib, 50},
+		{"100k objects", def, 65 * mib, 50},
+		{"1M objects", def, 455 * mib, 50},
+		{"10M objects", def, 4600 * mib, 50},
+		{"25%: the floor's share, rounded up", quarter, 48 * mib, 34},
+		{"25% at 1M objects", quarter, 455 * mib, 25},
 		{"off", Policy{Floor: DefaultFloor}, 4600 * mib, 100},
 		{"no floor", Policy{Headroom: 50}, 1 * mib, 50},
 		{"headroom 100 is the Go default", Policy{Headroom: 100, Floor: DefaultFloor}, 4600 * mib, 100},
@@ -50,7 +51,7 @@ func TestPercent(t *testing.T) {
 // a headroom of 0; neither changes the GC percent or arms the hook.
 func TestStartOff(t *testing.T) {
 	for _, c := range []struct {
-		name, gogc string // gogc "": not in the environment
+		name, gogc string // gogc "": empty in the environment, as if unset
 		headroom   int
 		logged     string
 	}{
@@ -59,8 +60,9 @@ func TestStartOff(t *testing.T) {
 		{"headroom 0", "", 0, "gc headroom 0"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if c.gogc != "" {
-				t.Setenv("GOGC", c.gogc)
+			t.Setenv("GOGC", c.gogc) // empty, as templating leaves it, is the default: not off
+			if c.gogc == "" && Off(Default()) != "" {
+				t.Fatalf("Off(Default()) = %q with GOGC empty, want on", Off(Default()))
 			}
 			before := debug.SetGCPercent(100)
 			defer debug.SetGCPercent(before)
@@ -81,7 +83,7 @@ func TestStartOff(t *testing.T) {
 }
 
 func TestStartRejectsBadHeadroom(t *testing.T) {
-	for _, h := range []int{-1, 101} {
+	for _, h := range []int{-1, 1, MinHeadroom - 1, 101} {
 		if _, err := Start(Policy{Headroom: h}, slog.New(slog.DiscardHandler)); err == nil {
 			t.Errorf("headroom %d: no error", h)
 		}
