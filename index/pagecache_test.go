@@ -107,19 +107,26 @@ func TestPageLabelsKeptAcrossReclaim(t *testing.T) {
 	}
 }
 
-// TestPageLabelsEpochWrap checks that a label map kept in an epoch is not
-// found again when the epoch counter comes back to it after 2^32 resets.
-func TestPageLabelsEpochWrap(t *testing.T) {
+// pagedLabelRow pages a store of one row labelled app=web, and returns
+// the label-map table and the row, whose map the page kept.
+func pagedLabelRow(t *testing.T) (*pageCache, *objRow) {
+	t.Helper()
 	s, _ := newTestStore(t)
 	mustNoErr(t, s.Upsert(ctxb, pod("c0", "ns0", "a", StatusHealthy, map[string]string{"app": "web"})))
 	p, err := s.Query(ctxb, Query{Access: &Access{All: true}})
 	mustNoErr(t, err)
-	c := &s.x.labels.cache
 	k := p.Edges[0].Object.Key()
 	r := s.x.lookup(&k)
-	if c.set(r.labelBytes()) == nil {
+	if s.x.labels.cache.set(r.labelBytes()) == nil {
 		t.Fatal("the page kept no label map")
 	}
+	return &s.x.labels.cache, r
+}
+
+// TestPageLabelsEpochWrap checks that a label map kept in an epoch is not
+// found again when the epoch counter comes back to it after 2^32 resets.
+func TestPageLabelsEpochWrap(t *testing.T) {
+	c, r := pagedLabelRow(t)
 	c.resetSets()
 	if c.set(r.labelBytes()) != nil {
 		t.Fatal("a label map is found after a reset")
@@ -138,18 +145,8 @@ func TestPageLabelsEpochWrap(t *testing.T) {
 // and keeping a map evicts an entry of an earlier epoch before a current
 // one.
 func TestPageLabelsTable(t *testing.T) {
-	s, _ := newTestStore(t)
-	mustNoErr(t, s.Upsert(ctxb, pod("c0", "ns0", "a", StatusHealthy, map[string]string{"app": "web"})))
-	p, err := s.Query(ctxb, Query{Access: &Access{All: true}})
-	mustNoErr(t, err)
-	c := &s.x.labels.cache
-	k := p.Edges[0].Object.Key()
-	r := s.x.lookup(&k)
+	c, r := pagedLabelRow(t)
 	set := r.labelBytes()
-	kept := c.set(set)
-	if kept == nil {
-		t.Fatal("the page kept no label map")
-	}
 
 	es, h := c.labelSet(set)
 	saved := [2]pageSet{es[0], es[1]}
