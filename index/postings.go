@@ -175,7 +175,7 @@ func (p *postings) remove(id uint32) {
 	case len(ids) == 1:
 		p.setOne(ids[0])
 	case cap(ids) > 64 && len(ids) < cap(ids)/4:
-		p.setIDs(slices.Clip(slices.Clone(ids)))
+		p.setIDs(slices.Clone(ids)) // Clone rounds up to the size class: keep that room
 	default:
 		p.setIDs(ids)
 	}
