@@ -13,8 +13,10 @@ import (
 // every key it takes under the buffer's lock, and the manager for every
 // row it decodes.
 func TestRowCost(t *testing.T) {
-	row := index.Object{Cluster: "c", Namespace: "ns", Version: "v1", Kind: "Pod", Resource: "pods", Name: "web-0",
-		UID: "8a6c2f0e-0000-4000-8000-000000000000", Summary: []byte(`{"phase":"Running"}`), Labels: map[string]string{}}
+	row := index.Object{
+		Cluster: "c", Namespace: "ns", Version: "v1", Kind: "Pod", Resource: "pods", Name: "web-0",
+		UID: "8a6c2f0e-0000-4000-8000-000000000000", Summary: []byte(`{"phase":"Running"}`), Labels: map[string]string{},
+	}
 	for i := range 10 {
 		row.Labels[fmt.Sprintf("label-%d", i)] = fmt.Sprintf("value-%d", i)
 	}
