@@ -13,7 +13,7 @@ import (
 // gcFlag registers -gc-headroom, fleetgraph serve's --gc-headroom with the
 // same default.
 func gcFlag(fs *flag.FlagSet) *int {
-	return fs.Int("gc-headroom", gcpolicy.DefaultHeadroom, "run the garbage-collection policy fleetgraph serve runs by default (internal/gcpolicy) with this headroom, in percent of the live heap; 0 for the Go default (GOGC 100), as does GOGC in the environment")
+	return fs.Int("gc-headroom", gcpolicy.DefaultHeadroom, "run the garbage-collection policy fleetgraph serve runs by default (internal/gcpolicy) with this headroom, in percent of the live heap; 0 for the Go default (GOGC 100), as does a non-empty GOGC in the environment")
 }
 
 // startGCPolicy starts the policy fleetgraph serve starts, with the same

@@ -135,7 +135,8 @@ grow to twice the live heap before a collection, and the runtime keeps the pages
 docs/operations.md): after each collection it sets GOGC so that the heap may grow by max(16 MiB,
 50%% of the live heap), never more than GOGC 100, and fleetbench runs the same code in its
 own process (the policy line above says whether this run did; ` + "`-gc-headroom 0`" + ` measures the Go
-default), so the peak here is what serve holds after the same load. It costs collections: under
+default), so the peak here is what serve holds after the same load (plus what a smaller size's
+run left, see below). It costs collections: under
 churn about twice as many as GOGC 100 for the same allocation, each marking the whole live
 heap; the churn table's last column gives fleetgraph's. The RSS right after the load (also
 reported) is at most the peak. ` + "`fleetgraph serve`" + ` also sets GOMEMLIMIT to 90%% of its container's

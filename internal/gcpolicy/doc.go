@@ -9,9 +9,9 @@
 // (runtime/metrics, /gc/heap/live:bytes) and sets the GC percent
 // (debug.SetGCPercent) to Policy.Percent of it: the Go default while the
 // heap is small, then headroom of max(Floor, Headroom% of live); with the
-// defaults, max(16 MiB, 50%). The hook is a cleanup (runtime.AddCleanup) on a sentinel allocated again after
-// each cycle, so the package starts no goroutine of its own and reads no
-// clock: it acts at most once per collection, on the runtime's cleanup
+// defaults, max(16 MiB, 50%). The hook is a cleanup (runtime.AddCleanup)
+// on a sentinel allocated again after each cycle, so the package starts no
+// goroutine of its own and reads no clock: it acts at most once per collection, on the runtime's cleanup
 // goroutine.
 //
 // It composes with GOMEMLIMIT (cmd/fleetgraph/memlimit.go): the runtime

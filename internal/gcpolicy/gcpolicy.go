@@ -26,10 +26,11 @@ const (
 	// objects) the policy keeps the Go default, as the few MiB it would
 	// save are not worth twice the collections; it reaches
 	// DefaultHeadroom at 32 MiB live (about 50,000 objects; compare's
-	// 100k fleetgraph peaked at 1.7x its live heap with GOGC 100). A collection's CPU grows with the live heap and their number
-	// with 1/percent, so the policy costs the same share of CPU at any
-	// size above the floor: the floor only says where the saving stops
-	// being worth it.
+	// 100k fleetgraph peaked at 1.7x its live heap with GOGC 100). A
+	// collection's CPU grows with the live heap and their number with
+	// 1/percent, so the policy costs the same share of CPU at any size
+	// above the floor: the floor only says where the saving stops being
+	// worth it.
 	DefaultFloor = 16 << 20
 )
 
