@@ -49,7 +49,7 @@ func (s *Store) Facets(ctx context.Context, f Filter, a *Access) (*Facets, error
 	if err != nil {
 		return nil, err
 	}
-	p.pace = s.newPacer(ctx)
+	p.paced(s, ctx)
 	defer p.pace.done()
 	t := p.newTally(true, 0)
 	if !p.empty {
@@ -161,14 +161,14 @@ func (p *plan) tally(facets bool, budget int) (t *tally, ok bool) {
 	// The namespace facet of a viewer who sees whole clusters, with no
 	// namespace filter, needs per-namespace cells; fleet-wide it comes
 	// from the per-name cells instead.
-	fleetWide := p.accessAll && p.clusters == nil && p.nss == nil
+	fleetWide := p.accessAll && p.clusters.any() && p.nss.any()
 	if facets && fleetWide && p.kids == nil && p.statuses == 0 {
 		p.tallyFleet(t)
 		return t, true
 	}
 	perNS := facets && !fleetWide
 	for cid, agg := range x.byCluster {
-		if agg == nil || (p.clusters != nil && !p.clusters[uint32(cid)]) {
+		if agg == nil || !p.clusters.has(uint32(cid)) {
 			continue
 		}
 		ca := p.clusterAccess(uint32(cid))
@@ -229,8 +229,8 @@ func (p *plan) tallyFleet(t *tally) {
 // cells.
 func (t *tally) addScope(cid uint32, agg *clusterAgg, perNS bool, allow func(uint32) bool) {
 	switch {
-	case t.p.nss != nil:
-		for nsid := range t.p.nss {
+	case t.p.nss.on:
+		for _, nsid := range t.p.nss.ids {
 			if na := agg.nss[nsid]; na != nil {
 				t.addCells(cid, nsid, na.cells, allow)
 			}
@@ -260,7 +260,7 @@ func (p *plan) tallyRestricted(t *tally, cid uint32, agg *clusterAgg, ca *Cluste
 			return
 		}
 		nsid, ok := x.namespaces.lookup(ns)
-		if !ok || nsid == 0 || (p.nss != nil && !p.nss[nsid]) {
+		if !ok || nsid == 0 || !p.nss.has(nsid) {
 			continue
 		}
 		na := agg.nss[nsid]

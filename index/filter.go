@@ -1,8 +1,10 @@
 package index
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -43,12 +45,12 @@ type Filter struct {
 type plan struct {
 	x *objIndex
 
-	empty     bool            // the filter can match nothing
-	clusters  map[uint32]bool // nil: any
-	nss       map[uint32]bool // nil: any
-	kids      []bool          // by kid; nil: any
-	statuses  uint8           // bit per status index; 0: any
-	name      string          // lower-case NameContains
+	empty     bool     // the filter can match nothing
+	clusters  idFilter // cluster ids
+	nss       idFilter // namespace ids
+	kids      []bool   // by kid; nil: any
+	statuses  uint8    // bit per status index; 0: any
+	name      string   // lower-case NameContains
 	labelReqs []labelReq
 
 	access    *Access
@@ -58,7 +60,75 @@ type plan struct {
 	caDone    []bool
 
 	// pace, when set, lets long scans release the read lock (see pacer).
-	pace *pacer
+	// It points at pacing, so that a page allocates no pacer of its own.
+	pace   *pacer
+	pacing pacer
+
+	// kidsBuf holds kids when the kinds are few (no allocation).
+	kidsBuf [kidsInPlan]bool
+}
+
+// kidsInPlan is how many kinds a plan's kinds filter holds without an
+// allocation: the kinds a fleet collects by default and some more.
+const kidsInPlan = 128
+
+// paced makes p pause its long scans for writers and stop when ctx ends
+// (see pacer); the read calls p.pace.done when it ends.
+func (p *plan) paced(s *Store, ctx context.Context) {
+	p.pacing = s.newPacer(ctx)
+	p.pace = &p.pacing
+}
+
+// idFilter is the ids of a filter's clusters or namespaces. The zero
+// value allows any id. A filter names one value or a few, so the ids are
+// a short list, held in the plan itself up to four (a map cost two
+// allocations per dimension and query, and a cache miss per lookup),
+// scanned when short and binary-searched when long. A plan is never
+// copied, so ids may point at buf.
+type idFilter struct {
+	on  bool // the filter names values: only ids pass
+	ids []uint32
+	buf [4]uint32
+}
+
+// linearIDs is the longest idFilter scanned rather than binary-searched.
+const linearIDs = 8
+
+// add allows id; seal must follow the last add.
+func (f *idFilter) add(id uint32) {
+	if f.ids == nil {
+		f.ids = f.buf[:0]
+	}
+	f.ids = append(f.ids, id)
+}
+
+// seal sorts the ids and drops duplicates, so that each is visited once.
+func (f *idFilter) seal() {
+	f.on = true
+	if len(f.ids) > 1 {
+		slices.Sort(f.ids)
+		f.ids = slices.Compact(f.ids)
+	}
+}
+
+// any reports whether the filter allows every id.
+func (f *idFilter) any() bool { return !f.on }
+
+// has reports whether id passes the filter (any id when the filter is off).
+func (f *idFilter) has(id uint32) bool {
+	if !f.on {
+		return true
+	}
+	if len(f.ids) > linearIDs {
+		_, ok := slices.BinarySearch(f.ids, id)
+		return ok
+	}
+	for _, v := range f.ids {
+		if v == id {
+			return true
+		}
+	}
+	return false
 }
 
 // labelReq is one compiled selector requirement.
@@ -75,18 +145,22 @@ type labelReq struct {
 // only for a cluster selector.
 func (x *objIndex) compile(db tables.DB, f *Filter, a *Access) (*plan, error) {
 	p := &plan{x: x, access: a, accessAll: a != nil && a.All}
-	p.clusters = idSet(x.clusters, f.Clusters, &p.empty)
+	p.clusters.set(x.clusters, f.Clusters, &p.empty)
 	if f.ClusterSelector != "" {
 		sel, err := parseSelector("cluster selector", f.ClusterSelector)
 		if err != nil {
 			return nil, err
 		}
-		p.clusters = x.clustersMatching(db.Txn(false), sel, p.clusters)
-		p.empty = p.empty || len(p.clusters) == 0
+		x.matchClusters(db.Txn(false), sel, &p.clusters)
+		p.empty = p.empty || len(p.clusters.ids) == 0
 	}
-	p.nss = idSet(x.namespaces, f.Namespaces, &p.empty)
+	p.nss.set(x.namespaces, f.Namespaces, &p.empty)
 	if len(f.Kinds) > 0 {
-		p.kids = make([]bool, len(x.kinds.byKid))
+		if n := len(x.kinds.byKid); n <= len(p.kidsBuf) {
+			p.kids = p.kidsBuf[:n:n]
+		} else {
+			p.kids = make([]bool, n)
+		}
 		any := false
 		for _, term := range f.Kinds {
 			any = x.kinds.markKinds(term, p.kids) || any
@@ -146,43 +220,51 @@ func parseSelector(what, s string) (labels.Selector, error) {
 	return sel, nil
 }
 
-// clustersMatching returns the ids of the clusters whose labels sel
-// matches, among within (nil: any). Every cluster that ever had rows has
-// an id; one whose row is gone has no labels, as in Store.NewMatcher.
-func (x *objIndex) clustersMatching(txn tables.Txn, sel labels.Selector, within map[uint32]bool) map[uint32]bool {
-	out := map[uint32]bool{}
-	for cid := range uint32(x.clusters.len()) {
-		if within != nil && !within[cid] {
-			continue
-		}
+// matchClusters narrows f to the clusters whose labels sel matches (from
+// every cluster when f is off). Every cluster that ever had rows has an
+// id; one whose row is gone has no labels, as in Store.NewMatcher.
+func (x *objIndex) matchClusters(txn tables.Txn, sel labels.Selector, f *idFilter) {
+	matches := func(cid uint32) bool {
 		var set labels.Set
 		raw, err := txn.First(tableClusters, indexID, memKey(compoundKey(x.clusters.str(cid))))
 		must(err)
 		if c, ok := raw.(*Cluster); ok {
 			set = c.Labels
 		}
-		if sel.Matches(set) {
-			out[cid] = true
+		return sel.Matches(set)
+	}
+	if f.on {
+		kept := f.ids[:0]
+		for _, cid := range f.ids {
+			if matches(cid) {
+				kept = append(kept, cid)
+			}
+		}
+		f.ids = kept
+		return
+	}
+	for cid := range uint32(x.clusters.len()) {
+		if matches(cid) {
+			f.add(cid)
 		}
 	}
-	return out
+	f.seal()
 }
 
-// idSet returns the ids of the interned values, nil when values is empty
-// (no filter). It sets *empty when no value was ever interned: the filter
-// matches nothing.
-func idSet(d *strDict, values []string, empty *bool) map[uint32]bool {
+// set makes f allow the ids of the interned values; it stays off when
+// values is empty (no filter). It sets *empty when no value was ever
+// interned: the filter matches nothing.
+func (f *idFilter) set(d *strDict, values []string, empty *bool) {
 	if len(values) == 0 {
-		return nil
+		return
 	}
-	out := map[uint32]bool{}
 	for _, v := range values {
 		if id, ok := d.lookup(v); ok {
-			out[id] = true
+			f.add(id)
 		}
 	}
-	*empty = *empty || len(out) == 0
-	return out
+	f.seal()
+	*empty = *empty || len(f.ids) == 0
 }
 
 // markKinds sets kids[kid] for each kid matching one kinds filter term,
@@ -247,10 +329,7 @@ func (p *plan) match(r *objRow) bool {
 
 // matchFilter evaluates the filter only.
 func (p *plan) matchFilter(r *objRow) bool {
-	if p.clusters != nil && !p.clusters[r.cid] {
-		return false
-	}
-	if p.nss != nil && !p.nss[r.nsid] {
+	if !p.clusters.has(r.cid) || !p.nss.has(r.nsid) {
 		return false
 	}
 	if p.kids != nil && (int(r.kind.kid) >= len(p.kids) || !p.kids[r.kind.kid]) {

@@ -305,7 +305,7 @@ func (s *Store) Query(ctx context.Context, q Query) (*Page, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.pace = s.newPacer(ctx)
+	p.paced(s, ctx)
 	defer p.pace.done()
 	stale := s.stale
 	page := &Page{Seq: s.seq, Edges: []Edge{}}
@@ -430,48 +430,67 @@ func walkBudget(src source, first int) int {
 // places most rows before or after the cursor and the heap's last row
 // without loading them, so an exact source costs a few nanoseconds a row.
 func (p *plan) collect(src source, o Order, after *sortKey, first int) ([]*objRow, bool, int, error) {
-	x := p.x
-	h := newTopK(x, o.Desc, first+1, src.est)
-	// beyond reports whether a row whose key compares c with a bound is
-	// past it in the order.
-	beyond := func(c int) bool { return (!o.Desc && c > 0) || (o.Desc && c < 0) }
-	total := 0
-	err := p.scan(src, func(rid uint32, exact bool) bool {
-		var r *objRow
-		if !exact {
-			if r = x.rows[rid]; !p.match(r) {
-				return true
-			}
-		}
-		total++
-		if o.Field == OrderName {
-			pfx := x.pfx[rid]
-			if after != nil && beyond(after.pfx.compare(pfx)) {
-				return true
-			}
-			if h.full() && beyond(pfx.compare(h.last().pfx)) {
-				return true
-			}
-		}
-		if r == nil {
-			r = x.rows[rid]
-		}
-		sk := x.sortKeyOf(o.Field, r)
-		if after != nil && !beyond(x.compareSortKeys(&sk, after)) {
-			return true
-		}
-		h.offer(r, sk)
-		return true
-	})
-	if err != nil {
+	// The scan's callback escapes (sources call it through a func value),
+	// and with it whatever it captures: one collector holds all of it, so
+	// that a small page allocates it and the callback, not a closure and a
+	// variable each.
+	c := &collector{p: p, o: o, after: after}
+	c.h.init(p.x, o.Desc, first+1, src.est)
+	if err := p.scan(src, c.visit); err != nil {
 		return nil, false, 0, err
 	}
-	rows := h.sorted()
+	rows := c.h.sorted()
 	more := len(rows) > first
 	if more {
 		rows = rows[:first]
 	}
-	return rows, more, total, nil
+	return rows, more, c.total, nil
+}
+
+// collector is collect's state: it counts the matches and keeps the first
+// rows after the cursor.
+type collector struct {
+	p     *plan
+	o     Order
+	after *sortKey
+	h     topK
+	total int
+}
+
+// beyond reports whether a row whose key compares c with a bound is past
+// it in the order.
+func (c *collector) beyond(cmp int) bool {
+	return (!c.o.Desc && cmp > 0) || (c.o.Desc && cmp < 0)
+}
+
+// visit is the scan's callback for one row id.
+func (c *collector) visit(rid uint32, exact bool) bool {
+	x := c.p.x
+	var r *objRow
+	if !exact {
+		if r = x.rows[rid]; !c.p.match(r) {
+			return true
+		}
+	}
+	c.total++
+	if c.o.Field == OrderName {
+		pfx := x.pfx[rid]
+		if c.after != nil && c.beyond(c.after.pfx.compare(pfx)) {
+			return true
+		}
+		if c.h.full() && c.beyond(pfx.compare(c.h.last().pfx)) {
+			return true
+		}
+	}
+	if r == nil {
+		r = x.rows[rid]
+	}
+	sk := x.sortKeyOf(c.o.Field, r)
+	if c.after != nil && !c.beyond(x.compareSortKeys(&sk, c.after)) {
+		return true
+	}
+	c.h.offer(r, sk)
+	return true
 }
 
 // count returns the number of visible matches, from the count cells when
@@ -511,7 +530,7 @@ func (p *plan) walk(src source, o Order, after *sortKey, first, budget int) (row
 		if after != nil {
 			pivot = &nameSeek{pfx: namePrefix(after.str), key: *after.key}
 		}
-		exact := src.exact && (src.has != nil || src.orders != nil) && (p.pace == nil || !p.pace.paused)
+		exact := src.exact && (src.canTest() || src.orders != nil) && (p.pace == nil || !p.pace.paused)
 		visited, last, stopped := 0, uint32(0), false
 		walk := func(visit func(rid uint32) bool) { x.byName.walk(pivot, p.kindNames(), o.Desc, visit) }
 		if src.orders != nil {
@@ -531,7 +550,7 @@ func (p *plan) walk(src source, o Order, after *sortKey, first, budget int) (row
 			if budget < 0 {
 				return false
 			}
-			if src.orders == nil && src.has != nil && !src.has(rid) {
+			if src.orders == nil && src.canTest() && !src.contains(rid) {
 				return true
 			}
 			r := x.rows[rid]
@@ -609,10 +628,10 @@ type topItem struct {
 	sk sortKey
 }
 
-// newTopK returns a topK for the limit first of at most est rows.
-func newTopK(x *objIndex, desc bool, limit, est int) *topK {
+// init makes h keep the limit first of at most est rows.
+func (h *topK) init(x *objIndex, desc bool, limit, est int) {
 	n := max(0, min(limit, est))
-	return &topK{x: x, desc: desc, limit: int32(limit), items: make([]topItem, 0, n), heap: make([]int32, 0, n)}
+	*h = topK{x: x, desc: desc, limit: int32(limit), items: make([]topItem, 0, n), heap: make([]int32, 0, n)}
 }
 
 // after reports whether item i comes after item j in the order.
@@ -684,9 +703,7 @@ func (h *topK) sorted() []*objRow {
 func (p *plan) staleInScope(stale map[string]bool) []string {
 	out := []string{}
 	for name := range stale {
-		if cid, ok := p.x.clusters.lookup(name); ok && p.clusters != nil && !p.clusters[cid] {
-			continue
-		} else if !ok && p.clusters != nil {
+		if cid, ok := p.x.clusters.lookup(name); p.clusters.on && (!ok || !p.clusters.has(cid)) {
 			continue
 		}
 		if p.access == nil || (!p.access.All && p.access.Clusters[name] == nil) {

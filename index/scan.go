@@ -52,8 +52,8 @@ type pacer struct {
 
 // newPacer returns the pacer of one read, which holds s.mu.RLock; the
 // read calls done when it ends.
-func (s *Store) newPacer(ctx context.Context) *pacer {
-	return &pacer{s: s, ctx: ctx, epoch: s.dictEpoch}
+func (s *Store) newPacer(ctx context.Context) pacer {
+	return pacer{s: s, ctx: ctx, epoch: s.dictEpoch}
 }
 
 // done ends the read: the ids it holds may be reused.
@@ -119,12 +119,16 @@ func (p *plan) scan(src source, fn func(rid uint32, exact bool) bool) error {
 	pc := p.pace
 	exact := src.exact && (pc == nil || !pc.paused)
 	if pc == nil || src.est <= scanChunk {
+		if src.list != nil { // no closure escapes: a small page allocates none here
+			src.list.each(func(rid uint32) bool { return fn(rid, exact) })
+			return nil
+		}
 		src.each(func(rid uint32) bool { return fn(rid, exact) })
 		return nil
 	}
 	var rest []uint32
 	visited, stopped := 0, false
-	src.each(func(rid uint32) bool {
+	src.eachID(func(rid uint32) bool {
 		switch {
 		case rest != nil:
 			rest = append(rest, rid)

@@ -13,7 +13,11 @@ import (
 type source struct {
 	est   int
 	exact bool
-	each  func(fn func(rid uint32) bool)
+	// list, when set, is the whole source: one small posting list (a
+	// namespace's rows), read and probed with no closure or copy of its
+	// own (see eachID and contains); each and has are then nil.
+	list *postings
+	each func(fn func(rid uint32) bool)
 	// has reports whether the source yields rid; nil when testing
 	// membership is not cheap. A walk tests it before loading a row.
 	has func(rid uint32) bool
@@ -21,6 +25,26 @@ type source struct {
 	// has one (see listOrders): walking them yields the source in name
 	// order.
 	orders []*nameOrder
+}
+
+// eachID calls fn for each row id of s until fn returns false.
+func (s source) eachID(fn func(rid uint32) bool) {
+	if s.list != nil {
+		s.list.each(fn)
+		return
+	}
+	s.each(fn)
+}
+
+// canTest reports whether testing membership (contains) is cheap.
+func (s source) canTest() bool { return s.list != nil || s.has != nil }
+
+// contains reports whether s yields rid; canTest must hold.
+func (s source) contains(rid uint32) bool {
+	if s.list != nil {
+		return s.list.has(rid)
+	}
+	return s.has(rid)
 }
 
 // bestSource returns the smallest candidate source for the plan. The
@@ -31,7 +55,7 @@ type source struct {
 // cost about as much as the rest of the page.
 func (p *plan) bestSource() source {
 	x := p.x
-	best := source{est: len(x.rows) - len(x.free), each: x.eachRow}
+	best := source{est: len(x.rows) - len(x.free)} // every row; each is set if it stays best
 	consider := func(s source, ok bool) {
 		if ok && beats(s.est, s.exact, best) {
 			best = s
@@ -43,6 +67,9 @@ func (p *plan) bestSource() source {
 	if !p.accessAll {
 		consider(p.accessSource(best.est))
 		consider(p.accessCellSource(best.est))
+	}
+	if best.list == nil && best.each == nil {
+		best.each = x.eachRow
 	}
 	return best
 }
@@ -63,12 +90,13 @@ func (x *objIndex) eachRow(fn func(rid uint32) bool) {
 }
 
 // unionSource yields the members of disjoint posting lists, which hold n
-// rows (listsLen: its callers sized them to choose it). It keeps lists.
+// rows (listsLen: its callers sized them to choose it). It keeps lists,
+// unless it is one small list: callers may then pass a buffer of their
+// own.
 func (x *objIndex) unionSource(lists []*postings, n int) source {
 	if len(lists) == 1 && n < hasBitmapMin {
 		// One small list (a namespace's rows): probing it is cheap.
-		l := lists[0]
-		return source{est: n, each: func(fn func(rid uint32) bool) { l.each(fn) }, has: l.has}
+		return source{est: n, list: lists[0]}
 	}
 	s := source{est: n, each: func(fn func(rid uint32) bool) {
 		for _, l := range lists {
@@ -133,7 +161,7 @@ func (p *plan) kindStatusSource(best source) (source, bool) {
 	lists := buf[:0]
 	p.eachCell(func(_ uint32, l *postings) { lists = append(lists, l) })
 	est := listsLen(lists)
-	exact := p.accessAll && p.clusters == nil && p.nss == nil && p.aggregatable()
+	exact := p.accessAll && p.clusters.any() && p.nss.any() && p.aggregatable()
 	if !beats(est, exact, best) {
 		return source{}, false
 	}
@@ -206,7 +234,7 @@ func (p *plan) accessCellSource(limit int) (source, bool) {
 	var someBuf [8]accessPart
 	some := someBuf[:0]
 	rows, someRows := 0, 0
-	exact := p.aggregatable() && p.nss == nil
+	exact := p.aggregatable() && p.nss.any()
 	for _, vc := range vcs {
 		agg := p.viewerAgg(vc.cid)
 		if agg == nil {
@@ -266,7 +294,7 @@ func (p *plan) accessCellSource(limit int) (source, bool) {
 // viewerAgg returns the rows of a cluster of the viewer, cid, when the
 // cluster filter allows it and it has rows; nil otherwise.
 func (p *plan) viewerAgg(cid uint32) *clusterAgg {
-	if (p.clusters != nil && !p.clusters[cid]) || int(cid) >= len(p.x.byCluster) {
+	if !p.clusters.has(cid) || int(cid) >= len(p.x.byCluster) {
 		return nil
 	}
 	return p.x.byCluster[cid]
@@ -339,28 +367,28 @@ func (p *plan) scopeSource(best source) (source, bool) {
 	var buf [8]*postings // a page's scope is most often one list
 	lists := buf[:0]
 	switch {
-	case p.clusters != nil:
-		for cid := range p.clusters {
+	case p.clusters.on:
+		for _, cid := range p.clusters.ids {
 			if int(cid) >= len(x.byCluster) || x.byCluster[cid] == nil {
 				continue
 			}
 			ca := x.byCluster[cid]
-			if p.nss == nil {
+			if p.nss.any() {
 				lists = append(lists, &ca.rows)
 				continue
 			}
-			for nsid := range p.nss {
+			for _, nsid := range p.nss.ids {
 				if na := ca.nss[nsid]; na != nil {
 					lists = append(lists, &na.rows)
 				}
 			}
 		}
-	case p.nss != nil:
+	case p.nss.on:
 		for _, ca := range x.byCluster {
 			if ca == nil {
 				continue
 			}
-			for nsid := range p.nss {
+			for _, nsid := range p.nss.ids {
 				if na := ca.nss[nsid]; na != nil {
 					lists = append(lists, &na.rows)
 				}
@@ -372,6 +400,9 @@ func (p *plan) scopeSource(best source) (source, bool) {
 	est := listsLen(lists)
 	if !beats(est, false, best) {
 		return source{}, false
+	}
+	if len(lists) == 1 && est < hasBitmapMin {
+		return x.unionSource(lists, est), true // it keeps no list
 	}
 	return x.unionSource(slices.Clone(lists), est), true
 }
@@ -410,7 +441,7 @@ func (p *plan) labelSource() (source, bool) {
 			best, found = s, true
 		}
 	}
-	if found && len(p.labelReqs) == 1 && p.accessAll && p.clusters == nil && p.nss == nil &&
+	if found && len(p.labelReqs) == 1 && p.accessAll && p.clusters.any() && p.nss.any() &&
 		p.kids == nil && p.statuses == 0 && p.name == "" && p.labelReqs[0].op != selection.GreaterThan && p.labelReqs[0].op != selection.LessThan {
 		best.exact = true
 	}
