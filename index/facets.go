@@ -231,12 +231,12 @@ func (t *tally) addScope(cid uint32, agg *clusterAgg, perNS bool, allow func(uin
 	switch {
 	case t.p.nss.on:
 		for _, nsid := range t.p.nss.ids {
-			if na := agg.nss[nsid]; na != nil {
+			if na := agg.nss.get(nsid); na != nil {
 				t.addCells(cid, nsid, na.cells, allow)
 			}
 		}
 	case perNS:
-		for nsid, na := range agg.nss {
+		for nsid, na := range agg.nss.all() {
 			t.addCells(cid, nsid, na.cells, allow)
 			if t.budget < 0 {
 				return
@@ -263,7 +263,7 @@ func (p *plan) tallyRestricted(t *tally, cid uint32, agg *clusterAgg, ca *Cluste
 		if !ok || nsid == 0 || !p.nss.has(nsid) {
 			continue
 		}
-		na := agg.nss[nsid]
+		na := agg.nss.get(nsid)
 		if na == nil {
 			continue
 		}

@@ -71,7 +71,7 @@ type objIndex struct {
 type clusterAgg struct {
 	rows  postings
 	cells cells
-	nss   map[uint32]*nsAgg
+	nss   nsTable // by nsid
 	// byCell holds the cluster's rows by cellKey(kind, status), so that a
 	// viewer's rows of a kind and status in the clusters it may see are a
 	// few short lists rather than the fleet-wide list's rows, each checked.
@@ -169,10 +169,10 @@ func (x *objIndex) insertRow(r *objRow) {
 	x.byCellOf(ca, cellKey(r.kind.kid, r.status)).add(r.rid, x.maxRows())
 	x.namespaces.ref(r.nsid)
 	x.kinds.ref(r.kind)
-	na := ca.nss[r.nsid]
+	na := ca.nss.get(r.nsid)
 	if na == nil {
 		na = &nsAgg{}
-		ca.nss[r.nsid] = na
+		ca.nss.put(r.nsid, na)
 	}
 	na.rows.add(r.rid, x.maxRows())
 	x.addCounts(r, ca, na, 1)
@@ -187,11 +187,11 @@ func (x *objIndex) remove(r *objRow) {
 	x.reshape(ca)
 	ca.rows.remove(r.rid)
 	x.leaveCell(ca, r)
-	na := ca.nss[r.nsid]
+	na := ca.nss.get(r.nsid)
 	na.rows.remove(r.rid)
 	x.addCounts(r, ca, na, -1)
 	if na.rows.len() == 0 {
-		delete(ca.nss, r.nsid)
+		ca.nss.delete(r.nsid)
 	}
 	x.namespaces.unref(r.nsid)
 	x.kinds.unref(r.kind)
@@ -227,7 +227,7 @@ func (x *objIndex) updateRow(old, r *objRow) {
 	if old.status != r.status || old.kind.kid != r.kind.kid {
 		x.leaveCell(ca, old)
 		x.byCellOf(ca, cellKey(r.kind.kid, r.status)).add(r.rid, x.maxRows())
-		na := ca.nss[r.nsid]
+		na := ca.nss.get(r.nsid)
 		x.addCounts(old, ca, na, -1)
 		x.addCounts(r, ca, na, 1)
 	}
@@ -325,7 +325,7 @@ func (x *objIndex) cluster(cid uint32) *clusterAgg {
 	}
 	ca := x.byCluster[cid]
 	if ca == nil {
-		ca = &clusterAgg{nss: map[uint32]*nsAgg{}, byCell: map[uint32]*postings{}}
+		ca = &clusterAgg{byCell: map[uint32]*postings{}}
 		x.byCluster[cid] = ca
 	}
 	return ca

@@ -378,7 +378,7 @@ func (p *plan) scopeSource(best source) (source, bool) {
 				continue
 			}
 			for _, nsid := range p.nss.ids {
-				if na := ca.nss[nsid]; na != nil {
+				if na := ca.nss.get(nsid); na != nil {
 					lists = append(lists, &na.rows)
 				}
 			}
@@ -389,7 +389,7 @@ func (p *plan) scopeSource(best source) (source, bool) {
 				continue
 			}
 			for _, nsid := range p.nss.ids {
-				if na := ca.nss[nsid]; na != nil {
+				if na := ca.nss.get(nsid); na != nil {
 					lists = append(lists, &na.rows)
 				}
 			}
@@ -510,7 +510,7 @@ func (x *objIndex) accessEstimate(cid uint32, ca *ClusterAccess, limit int) int 
 			break
 		}
 		if nsid, ok := x.namespaces.lookup(ns); ok {
-			if na := agg.nss[nsid]; na != nil {
+			if na := agg.nss.get(nsid); na != nil {
 				est += na.rows.len()
 			}
 		}
@@ -538,10 +538,11 @@ func (p *plan) eachInCluster(cid uint32, ca *ClusterAccess, fn func(*objRow) boo
 	}
 	for ns, grs := range ca.Namespaces {
 		nsid, ok := x.namespaces.lookup(ns)
-		if !ok || agg.nss[nsid] == nil {
+		na := agg.nss.get(nsid)
+		if !ok || na == nil {
 			continue
 		}
-		ok = agg.nss[nsid].rows.each(func(rid uint32) bool {
+		ok = na.rows.each(func(rid uint32) bool {
 			r := x.rows[rid]
 			if everywhere.all(r.kind.kid) {
 				return true
@@ -581,7 +582,7 @@ func (p *plan) eachInCluster(cid uint32, ca *ClusterAccess, fn func(*objRow) boo
 			}
 			// The name in every namespace of the cluster, but those
 			// where the viewer lists the resource (yielded above).
-			for nsid := range agg.nss {
+			for nsid := range agg.nss.all() {
 				if nsid == 0 {
 					continue
 				}
@@ -611,7 +612,7 @@ func (x *objIndex) namedEstimate(agg *clusterAgg, ca *ClusterAccess, limit int) 
 		}
 		for _, kid := range x.kinds.kidsOfGR[no.GroupResource] {
 			if x.kinds.namespaced[kid] {
-				n += len(agg.nss)
+				n += agg.nss.len()
 				break
 			}
 		}
