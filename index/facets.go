@@ -61,12 +61,12 @@ func (s *Store) Facets(ctx context.Context, f Filter, a *Access) (*Facets, error
 			}
 		}
 		if !done {
-			err := p.scan(src, func(rid uint32, exact bool) bool {
+			err := p.scan(src, visitFunc(func(rid uint32, exact bool) bool {
 				if r := p.x.rows[rid]; exact || p.match(r) {
 					t.addRow(r)
 				}
 				return true
-			})
+			}))
 			if err != nil {
 				return nil, err
 			}

@@ -66,6 +66,8 @@ type plan struct {
 
 	// kidsBuf holds kids when the kinds are few (no allocation).
 	kidsBuf [kidsInPlan]bool
+	// coll is the state of the plan's collect.
+	coll collector
 }
 
 // kidsInPlan is how many kinds a plan's kinds filter holds without an

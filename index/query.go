@@ -430,13 +430,14 @@ func walkBudget(src source, first int) int {
 // places most rows before or after the cursor and the heap's last row
 // without loading them, so an exact source costs a few nanoseconds a row.
 func (p *plan) collect(src source, o Order, after *sortKey, first int) ([]*objRow, bool, int, error) {
-	// The scan's callback escapes (sources call it through a func value),
-	// and with it whatever it captures: one collector holds all of it, so
-	// that a small page allocates it and the callback, not a closure and a
-	// variable each.
-	c := &collector{p: p, o: o, after: after}
+	// The scan's visitor escapes (sources call it through a func value),
+	// and with it whatever it captures: a closure would cost an allocation,
+	// and one for each variable it captures. The collector is the plan's
+	// (a plan collects at most once), so it costs none.
+	c := &p.coll
+	*c = collector{p: p, o: o, after: after}
 	c.h.init(p.x, o.Desc, first+1, src.est)
-	if err := p.scan(src, c.visit); err != nil {
+	if err := p.scan(src, c); err != nil {
 		return nil, false, 0, err
 	}
 	rows := c.h.sorted()
@@ -505,12 +506,12 @@ func (p *plan) count(src source) (int, error) {
 		}
 	}
 	n := 0
-	err := p.scan(src, func(rid uint32, exact bool) bool {
+	err := p.scan(src, visitFunc(func(rid uint32, exact bool) bool {
 		if exact || p.match(p.x.rows[rid]) {
 			n++
 		}
 		return true
-	})
+	}))
 	return n, err
 }
 
@@ -612,51 +613,55 @@ func (p *plan) kindNames() *pfxRange {
 }
 
 // topK keeps the limit first rows of an order. It is a max-heap of
-// indexes into items, so sifting moves small integers rather than sort
-// keys (whose strings would need write barriers while the collector runs),
-// and a row that displaces the last one takes over its slot.
+// indexes into its slots' items, so sifting moves small integers rather
+// than sort keys (whose strings would need write barriers while the
+// collector runs), and a row that displaces the last one takes over its
+// slot. The heap's k-th index is kept in slot k beside the k-th item: both
+// grow by one per row until the heap is full, so they are one allocation.
 type topK struct {
 	x     *objIndex
-	limit int32 // at most MaxPageSize+1; 32 bits keep topK in its 64-byte size class
+	limit int32 // at most MaxPageSize+1
 	desc  bool
-	items []topItem
-	heap  []int32 // heap[0] indexes the last row of the page so far
+	slots []topSlot
 }
 
-type topItem struct {
-	r  *objRow
-	sk sortKey
+type topSlot struct {
+	r    *objRow
+	sk   sortKey
+	heap int32 // the heap's entry at this slot's position, an index of slots; slots[0].heap indexes the last row of the page so far
 }
 
 // init makes h keep the limit first of at most est rows.
 func (h *topK) init(x *objIndex, desc bool, limit, est int) {
 	n := max(0, min(limit, est))
-	*h = topK{x: x, desc: desc, limit: int32(limit), items: make([]topItem, 0, n), heap: make([]int32, 0, n)}
+	*h = topK{x: x, desc: desc, limit: int32(limit), slots: make([]topSlot, 0, n)}
 }
 
-// after reports whether item i comes after item j in the order.
+// after reports whether the item of slot i comes after that of slot j in
+// the order.
 func (h *topK) after(i, j int32) bool {
-	c := h.x.compareSortKeys(&h.items[i].sk, &h.items[j].sk)
+	c := h.x.compareSortKeys(&h.slots[i].sk, &h.slots[j].sk)
 	return (!h.desc && c > 0) || (h.desc && c < 0)
 }
 
 // full reports whether the heap holds limit rows; last is then the last
 // row of the page.
-func (h *topK) full() bool { return len(h.heap) >= int(h.limit) }
+func (h *topK) full() bool { return len(h.slots) >= int(h.limit) }
 
-func (h *topK) last() *sortKey { return &h.items[h.heap[0]].sk }
+func (h *topK) last() *sortKey { return &h.slots[h.slots[0].heap].sk }
 
 // offer adds r, whose sort key is sk, if it is among the limit first.
 func (h *topK) offer(r *objRow, sk sortKey) {
 	if !h.full() {
-		h.items = append(h.items, topItem{r: r, sk: sk})
-		h.heap = append(h.heap, int32(len(h.items)-1))
-		for i := len(h.heap) - 1; i > 0; {
+		n := int32(len(h.slots))
+		h.slots = append(h.slots, topSlot{r: r, sk: sk, heap: n})
+		for i := n; i > 0; {
 			parent := (i - 1) / 2
-			if !h.after(h.heap[i], h.heap[parent]) {
+			hi, hp := &h.slots[i].heap, &h.slots[parent].heap
+			if !h.after(*hi, *hp) {
 				break
 			}
-			h.heap[i], h.heap[parent] = h.heap[parent], h.heap[i]
+			*hi, *hp = *hp, *hi
 			i = parent
 		}
 		return
@@ -665,36 +670,42 @@ func (h *topK) offer(r *objRow, sk sortKey) {
 	if (!h.desc && c >= 0) || (h.desc && c <= 0) {
 		return
 	}
-	h.items[h.heap[0]] = topItem{r: r, sk: sk}
-	for i, n := 0, len(h.heap); ; {
+	top := &h.slots[h.slots[0].heap]
+	top.r, top.sk = r, sk
+	h.siftDown(len(h.slots))
+}
+
+// siftDown restores the heap order of the heap's first n entries after
+// the first one changed.
+func (h *topK) siftDown(n int) {
+	for i := 0; ; {
 		j := 2*i + 1
 		if j >= n {
-			break
+			return
 		}
-		if k := j + 1; k < n && h.after(h.heap[k], h.heap[j]) {
+		if k := j + 1; k < n && h.after(h.slots[k].heap, h.slots[j].heap) {
 			j = k
 		}
-		if !h.after(h.heap[j], h.heap[i]) {
-			break
+		hi, hj := &h.slots[i].heap, &h.slots[j].heap
+		if !h.after(*hj, *hi) {
+			return
 		}
-		h.heap[i], h.heap[j] = h.heap[j], h.heap[i]
+		*hi, *hj = *hj, *hi
 		i = j
 	}
 }
 
-// sorted returns the rows in order.
+// sorted returns the rows in order, taking each last row off the heap in
+// turn (a heapsort: no index slice or comparison closure to allocate). It
+// empties the heap.
 func (h *topK) sorted() []*objRow {
-	slices.SortFunc(h.heap, func(i, j int32) int {
-		c := h.x.compareSortKeys(&h.items[i].sk, &h.items[j].sk)
-		if h.desc {
-			return -c
-		}
-		return c
-	})
-	out := make([]*objRow, len(h.heap))
-	for n, i := range h.heap {
-		out[n] = h.items[i].r
+	out := make([]*objRow, len(h.slots))
+	for n := len(h.slots); n > 0; n-- {
+		out[n-1] = h.slots[h.slots[0].heap].r
+		h.slots[0].heap = h.slots[n-1].heap
+		h.siftDown(n - 1)
 	}
+	h.slots = h.slots[:0]
 	return out
 }
 

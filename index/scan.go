@@ -109,21 +109,35 @@ func (pc *pacer) pause() error {
 	return nil
 }
 
-// scan calls fn for each row id of src until fn returns false; exact says
-// whether the row is known to match the plan without a check. A source of
+// visitor is what a scan calls for each row id, with whether the row is
+// known to match. It is an interface, not a func, so that a visitor kept
+// in the plan (the collector) costs no allocation to pass: a func value
+// escapes through the sources' func values, and a method value is a
+// closure.
+type visitor interface {
+	visit(rid uint32, exact bool) bool
+}
+
+// visitFunc is a func as a visitor.
+type visitFunc func(rid uint32, exact bool) bool
+
+func (f visitFunc) visit(rid uint32, exact bool) bool { return f(rid, exact) }
+
+// scan calls v.visit for each row id of src until it returns false; exact
+// says whether the row is known to match the plan without a check. A source of
 // more than scanChunk rows is visited in chunks (see pacer): the scan
 // reads the source itself until a pause is due at a chunk's end, then
 // lists the ids left and visits them a chunk at a time, pausing before
 // each when due. The error is the context's when the read stopped early.
-func (p *plan) scan(src source, fn func(rid uint32, exact bool) bool) error {
+func (p *plan) scan(src source, v visitor) error {
 	pc := p.pace
 	exact := src.exact && (pc == nil || !pc.paused)
 	if pc == nil || src.est <= scanChunk {
 		if src.list != nil { // no closure escapes: a small page allocates none here
-			src.list.each(func(rid uint32) bool { return fn(rid, exact) })
+			src.list.each(func(rid uint32) bool { return v.visit(rid, exact) })
 			return nil
 		}
-		src.each(func(rid uint32) bool { return fn(rid, exact) })
+		src.each(func(rid uint32) bool { return v.visit(rid, exact) })
 		return nil
 	}
 	var rest []uint32
@@ -136,7 +150,7 @@ func (p *plan) scan(src source, fn func(rid uint32, exact bool) bool) error {
 			rest = append(make([]uint32, 0, max(src.est-visited, 1)), rid)
 		default:
 			visited++
-			stopped = !fn(rid, exact)
+			stopped = !v.visit(rid, exact)
 		}
 		return !stopped
 	})
@@ -149,7 +163,7 @@ func (p *plan) scan(src source, fn func(rid uint32, exact bool) bool) error {
 			if p.x.rows[rid] == nil { // deleted during a pause
 				continue
 			}
-			if !fn(rid, exact) {
+			if !v.visit(rid, exact) {
 				return nil
 			}
 		}

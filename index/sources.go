@@ -94,9 +94,8 @@ func (x *objIndex) eachRow(fn func(rid uint32) bool) {
 // unless it is one small list: callers may then pass a buffer of their
 // own.
 func (x *objIndex) unionSource(lists []*postings, n int) source {
-	if len(lists) == 1 && n < hasBitmapMin {
-		// One small list (a namespace's rows): probing it is cheap.
-		return source{est: n, list: lists[0]}
+	if l := oneSmallList(lists, n); l != nil {
+		return source{est: n, list: l}
 	}
 	s := source{est: n, each: func(fn func(rid uint32) bool) {
 		for _, l := range lists {
@@ -133,6 +132,16 @@ func (x *objIndex) unionSource(lists []*postings, n int) source {
 		}
 	}
 	return s
+}
+
+// oneSmallList returns the list when lists, which hold n rows, are one
+// list of fewer than hasBitmapMin rows (a namespace's rows: probing it is
+// cheap, and it is a source of its own), nil otherwise.
+func oneSmallList(lists []*postings, n int) *postings {
+	if len(lists) == 1 && n < hasBitmapMin {
+		return lists[0]
+	}
+	return nil
 }
 
 // listsLen returns the rows of posting lists.
@@ -401,8 +410,8 @@ func (p *plan) scopeSource(best source) (source, bool) {
 	if !beats(est, false, best) {
 		return source{}, false
 	}
-	if len(lists) == 1 && est < hasBitmapMin {
-		return x.unionSource(lists, est), true // it keeps no list
+	if l := oneSmallList(lists, est); l != nil {
+		return source{est: est, list: l}, true // lists stays on the stack
 	}
 	return x.unionSource(slices.Clone(lists), est), true
 }
