@@ -39,12 +39,12 @@ type agentSession struct {
 	writeMu sync.Mutex
 	seq     uint64        // last sequence number sent; guarded by writeMu
 	sent    atomic.Uint64 // the same, for the reader's ack checks
-	acked   uint64        // owned by readLoop
 	snapID  uint64        // owned by run
-	// ackedSeq is acked, for run's pacing of snapshot parts; acks (capacity
-	// 1) tells run that it grew.
-	ackedSeq atomic.Uint64
-	acks     chan struct{}
+	// acked is the last sequence number the manager acknowledged: only
+	// readLoop stores it, and run reads it to pace a resync's parts;
+	// acks (capacity 1) tells run that it grew.
+	acked atomic.Uint64
+	acks  chan struct{}
 	// deltasInSnapshot: the manager's Welcome lists
 	// FeatureDeltasInSnapshot, so deltas go between a snapshot's parts.
 	deltasInSnapshot bool
@@ -58,7 +58,7 @@ func newAgentSession(a *Agent, conn *conn, w *Welcome) *agentSession {
 	s := &agentSession{
 		a: a, conn: conn, maxMsg: w.MaxMessageBytes,
 		window: make(chan struct{}, w.Window), done: make(chan struct{}), sem: make(chan struct{}, maxDetailWorkers), acks: make(chan struct{}, 1),
-		seq: 1, acked: 1, // the Hello was 1, and the Welcome acknowledged it
+		seq:              1, // the Hello was 1, and the Welcome acknowledged it
 		deltasInSnapshot: slices.Contains(w.Features, FeatureDeltasInSnapshot),
 		deltaAllowance:   w.MaxSnapshotDeltaBytes,
 	}
@@ -66,7 +66,7 @@ func newAgentSession(a *Agent, conn *conn, w *Welcome) *agentSession {
 		s.deltaAllowance = LegacyMaxSnapshotDeltaBytes
 	}
 	s.sent.Store(1)
-	s.ackedSeq.Store(1)
+	s.acked.Store(1)
 	for range w.Window {
 		s.window <- struct{}{}
 	}
@@ -152,7 +152,11 @@ func (s *agentSession) stream(ctx context.Context) error {
 	for {
 		if due || buf.fullDue() {
 			full := buf.takeFull()
-			if err := s.sendSnapshot(ctx, true, !first, full.kinds, full.rows, s.a.currentMetadata()); err != nil {
+			kind := resyncSnapshot
+			if first {
+				kind = firstSnapshot
+			}
+			if err := s.sendSnapshot(ctx, kind, full.kinds, full.rows, s.a.currentMetadata()); err != nil {
 				return err
 			}
 			// The session's first snapshot carries the first listing (or
@@ -167,8 +171,7 @@ func (s *agentSession) stream(ctx context.Context) error {
 		}
 		snaps, errs := buf.takeKinds()
 		for _, ks := range snaps {
-			// Not paced: every other kind's changes wait for its end.
-			if err := s.sendSnapshot(ctx, false, false, []KindState{ks.state}, ks.rows, nil); err != nil {
+			if err := s.sendSnapshot(ctx, oneKindSnapshot, []KindState{ks.state}, ks.rows, nil); err != nil {
 				return err
 			}
 		}
@@ -278,7 +281,7 @@ func (s *agentSession) paceParts(ctx context.Context, parts []uint64, only map[k
 		return nil
 	}
 	seq := parts[len(parts)-resyncPartsInFlight]
-	for s.ackedSeq.Load() < seq {
+	for s.acked.Load() < seq {
 		select {
 		case <-s.acks:
 		case <-s.a.buf.wake:
@@ -342,14 +345,14 @@ func overhead(m *Message) (int, error) {
 // for the snapshot's end, because the snapshot or the next one would undo
 // it: a later kind snapshot of the same takeKinds carries rows older than
 // the change, and a full snapshot retires a kind it does not list (one
-// that finished its first list while the snapshot went out). When paced
-// (a periodic full resync: not the session's first full snapshot, nor a
-// kind snapshot, which every other kind's changes wait for), at most
-// resyncPartsInFlight parts are unacknowledged at a time, so a change of a
-// synced kind also queues on the manager behind at most that many parts.
-func (s *agentSession) sendSnapshot(ctx context.Context, full, paced bool, kinds []KindState, rows []index.Object, md map[string]string) error {
+// that finished its first list while the snapshot went out). A periodic
+// full resync is paced (see snapshotKind): at most resyncPartsInFlight
+// parts are unacknowledged at a time, so a change of a synced kind also
+// queues on the manager behind at most that many parts.
+func (s *agentSession) sendSnapshot(ctx context.Context, kind snapshotKind, kinds []KindState, rows []index.Object, md map[string]string) error {
 	synced := syncedKinds(kinds)
-	paced = paced && s.deltasInSnapshot
+	full := kind != oneKindSnapshot
+	paced := kind == resyncSnapshot && s.deltasInSnapshot
 	deltas := newDeltaBudget(s.deltaAllowance)
 	var parts []uint64 // sequence numbers of the parts sent, when paced
 	s.snapID++
@@ -418,6 +421,22 @@ func (s *agentSession) sendSnapshot(ctx context.Context, full, paced bool, kinds
 	}
 	return nil
 }
+
+// snapshotKind says why a snapshot is sent, which decides whether it is
+// full and whether its parts are paced.
+type snapshotKind int
+
+const (
+	// firstSnapshot is a session's first full snapshot. Not paced: how
+	// soon it is applied is what a new cluster waits for.
+	firstSnapshot snapshotKind = iota
+	// resyncSnapshot is a periodic full resync: rows the manager mostly
+	// has, sent in the background, so its parts are paced.
+	resyncSnapshot
+	// oneKindSnapshot syncs one kind (its first listing, or a kind
+	// recovering). Not paced: every other kind's changes wait for its end.
+	oneKindSnapshot
+)
 
 // syncedKinds returns the kinds kinds lists as synced: those a snapshot
 // replaces, whose changes may go between its parts. It is never nil, which
@@ -528,16 +547,17 @@ func (s *agentSession) readLoop() {
 
 // ack returns window tokens for every message up to seq.
 func (s *agentSession) ack(seq uint64) error {
-	if seq <= s.acked || seq > s.sent.Load() {
-		return rejectf(ReasonInvalid, "ack of seq %d, but %d was acked and %d is the last sent", seq, s.acked, s.sent.Load())
+	acked := s.acked.Load()
+	if seq <= acked || seq > s.sent.Load() {
+		return rejectf(ReasonInvalid, "ack of seq %d, but %d was acked and %d is the last sent", seq, acked, s.sent.Load())
 	}
-	for ; s.acked < seq; s.acked++ {
+	for ; acked < seq; acked++ {
 		select {
 		case s.window <- struct{}{}:
 		default: // cannot happen: tokens taken equal messages unacked
 		}
 	}
-	s.ackedSeq.Store(seq)
+	s.acked.Store(seq)
 	select {
 	case s.acks <- struct{}{}:
 	default: // run has a wake-up pending already
