@@ -59,17 +59,6 @@ const (
 	// one part to be encoded, sent and decoded. Per-message deflate's
 	// window is 32 KiB, so parts this size compress as well as 4 MiB ones.
 	partBytes = 256 << 10
-	// resyncPartsInFlight bounds the parts of a periodic full resync the
-	// manager has not acknowledged yet (FeatureDeltasInSnapshot only): a
-	// delta sent between parts queues on the manager behind at most this
-	// many parts, not behind a window of them. Two keep the edge encoding
-	// a part while the manager decodes the one before. A resync sends rows
-	// the manager has, in the background, at two parts per round trip.
-	// The session's first snapshot keeps the whole window, since how soon
-	// it is applied is what a new cluster waits for, and so does a kind
-	// snapshot (a kind's first listing, or a kind recovering), since
-	// every other kind's changes wait for its end.
-	resyncPartsInFlight = 2
 	// envelopeSlack covers the parts of an envelope that vary between
 	// the size estimate and the real message (sequence, time, part
 	// number).
@@ -142,6 +131,11 @@ type AgentOptions struct {
 	Resync                        ResyncOptions
 	// MaxPending bounds changed keys buffered while the manager is slow.
 	MaxPending int
+	// MaxResyncParts caps the parts of a periodic full resync the edge
+	// keeps unacknowledged; 0 leaves the cap at the manager's window less
+	// one. Below the cap the edge adapts how many to the round trip
+	// (partWindow): about two on a LAN, more on a long link.
+	MaxResyncParts int
 	// TLS configures wss:// connections; nil means the system roots.
 	TLS *tls.Config
 	// Dial, if set, opens the TCP connection to the manager (tests count
@@ -184,6 +178,7 @@ type agentCounters struct {
 	sessions, rejects, messages, bytes, snapshots, parts, rows, tooBig atomic.Uint64
 	deltasInSnapshot                                                   atomic.Uint64
 	deltaBudgetSpent                                                   atomic.Uint64
+	mostPartsInFlight                                                  atomic.Uint64
 	lastReject                                                         atomic.Pointer[Reject]
 }
 
@@ -204,7 +199,20 @@ type AgentStats struct {
 	// (Welcome.MaxSnapshotDeltaBytes); the changes left waited for the
 	// snapshot's end.
 	DeltaBudgetSpent uint64
-	LastReject       *Reject
+	// MostPartsInFlight is the most parts of a periodic resync the edge
+	// has had unacknowledged at once: the largest its partWindow grew.
+	MostPartsInFlight uint64
+	LastReject        *Reject
+}
+
+// notePartsInFlight records n parts of a resync unacknowledged at once.
+func (c *agentCounters) notePartsInFlight(n int) {
+	for {
+		most := c.mostPartsInFlight.Load()
+		if uint64(n) <= most || c.mostPartsInFlight.CompareAndSwap(most, uint64(n)) {
+			return
+		}
+	}
 }
 
 // NewAgent checks options and returns an Agent.
@@ -293,7 +301,7 @@ func (a *Agent) Stats() AgentStats {
 	return AgentStats{
 		Sessions: s.sessions.Load(), Rejects: s.rejects.Load(), Messages: s.messages.Load(), Bytes: s.bytes.Load(),
 		Snapshots: s.snapshots.Load(), Parts: s.parts.Load(), Rows: s.rows.Load(), TooBig: s.tooBig.Load(),
-		DeltasInSnapshot: s.deltasInSnapshot.Load(), DeltaBudgetSpent: s.deltaBudgetSpent.Load(), Coalesced: a.buf.coalesced.Load(), Overflows: a.buf.overflows.Load(), LastReject: s.lastReject.Load(),
+		DeltasInSnapshot: s.deltasInSnapshot.Load(), DeltaBudgetSpent: s.deltaBudgetSpent.Load(), MostPartsInFlight: s.mostPartsInFlight.Load(), Coalesced: a.buf.coalesced.Load(), Overflows: a.buf.overflows.Load(), LastReject: s.lastReject.Load(),
 	}
 }
 

@@ -45,6 +45,12 @@ type agentSession struct {
 	// acks (capacity 1) tells run that it grew.
 	acked atomic.Uint64
 	acks  chan struct{}
+	// ackedAt is when acked was last stored, as time since began (stored
+	// by readLoop before acked, so it is never older than acked's ack).
+	ackedAt atomic.Int64
+	began   time.Time
+	// parts paces a resync's parts; owned by run.
+	parts *partWindow
 	// deltasInSnapshot: the manager's Welcome lists
 	// FeatureDeltasInSnapshot, so deltas go between a snapshot's parts.
 	deltasInSnapshot bool
@@ -58,7 +64,8 @@ func newAgentSession(a *Agent, conn *conn, w *Welcome) *agentSession {
 	s := &agentSession{
 		a: a, conn: conn, maxMsg: w.MaxMessageBytes,
 		window: make(chan struct{}, w.Window), done: make(chan struct{}), sem: make(chan struct{}, maxDetailWorkers), acks: make(chan struct{}, 1),
-		seq:              1, // the Hello was 1, and the Welcome acknowledged it
+		seq:   1, // the Hello was 1, and the Welcome acknowledged it
+		began: time.Now(), parts: newPartWindow(w.Window, a.opts.MaxResyncParts),
 		deltasInSnapshot: slices.Contains(w.Features, FeatureDeltasInSnapshot),
 		deltaAllowance:   w.MaxSnapshotDeltaBytes,
 	}
@@ -271,17 +278,19 @@ func (b *deltaBudget) fits(k index.Key, row *index.Object) bool {
 // snapshot's parts.
 func (b *deltaBudget) spent() bool { return b.full }
 
-// paceParts waits until the manager has acknowledged the part sent
-// resyncPartsInFlight parts ago (parts holds the sequence numbers of the
-// snapshot's parts so far), sending the changes of the kinds only lists as
-// they come meanwhile, within budget: a change does not wait for the next
-// part to leave.
-func (s *agentSession) paceParts(ctx context.Context, parts []uint64, only map[kindID]bool, budget *deltaBudget) error {
-	if len(parts) < resyncPartsInFlight {
-		return nil
-	}
-	seq := parts[len(parts)-resyncPartsInFlight]
-	for s.acked.Load() < seq {
+// since returns the session's time: what partWindow measures in.
+func (s *agentSession) since() time.Duration { return time.Since(s.began) }
+
+// paceParts waits until s.parts lets another part of a resync go,
+// sending the changes of the kinds only lists as they come meanwhile,
+// within budget: a change does not wait for the next part to leave.
+func (s *agentSession) paceParts(ctx context.Context, only map[kindID]bool, budget *deltaBudget) error {
+	for {
+		acked := s.acked.Load() // before ackedAt, which is then no older than its ack
+		s.parts.acked(acked, time.Duration(s.ackedAt.Load()))
+		if !s.parts.full() {
+			return nil
+		}
 		select {
 		case <-s.acks:
 		case <-s.a.buf.wake:
@@ -296,7 +305,6 @@ func (s *agentSession) paceParts(ctx context.Context, parts []uint64, only map[k
 			return ctx.Err()
 		}
 	}
-	return nil
 }
 
 // send numbers and writes one message once the window allows it.
@@ -346,15 +354,17 @@ func overhead(m *Message) (int, error) {
 // it: a later kind snapshot of the same takeKinds carries rows older than
 // the change, and a full snapshot retires a kind it does not list (one
 // that finished its first list while the snapshot went out). A periodic
-// full resync is paced (see snapshotKind): at most resyncPartsInFlight
-// parts are unacknowledged at a time, so a change of a synced kind also
-// queues on the manager behind at most that many parts.
+// full resync is paced (see snapshotKind): s.parts bounds the parts
+// unacknowledged at a time, so a change of a synced kind also queues on
+// the manager behind about two parts (partWindow).
 func (s *agentSession) sendSnapshot(ctx context.Context, kind snapshotKind, kinds []KindState, rows []index.Object, md map[string]string) error {
 	synced := syncedKinds(kinds)
 	full := kind != oneKindSnapshot
 	paced := kind == resyncSnapshot && s.deltasInSnapshot
 	deltas := newDeltaBudget(s.deltaAllowance)
-	var parts []uint64 // sequence numbers of the parts sent, when paced
+	if paced {
+		s.parts.start()
+	}
 	s.snapID++
 	sn := &Snapshot{ID: s.snapID, Full: full, Kinds: kinds, Metadata: md, Rows: []json.RawMessage{}}
 	budget0, err := overhead(&Message{Type: TypeSnapshot, Seq: s.sent.Load(), Snapshot: sn})
@@ -370,7 +380,7 @@ func (s *agentSession) sendSnapshot(ctx context.Context, kind snapshotKind, kind
 	flush := func(final bool) error {
 		sn.Final = final
 		if paced {
-			if err := s.paceParts(ctx, parts, synced, deltas); err != nil {
+			if err := s.paceParts(ctx, synced, deltas); err != nil {
 				return err
 			}
 		}
@@ -379,7 +389,8 @@ func (s *agentSession) sendSnapshot(ctx context.Context, kind snapshotKind, kind
 			return err
 		}
 		if paced {
-			parts = append(parts, m.Seq)
+			s.parts.sent(m.Seq, s.since())
+			s.a.stats.notePartsInFlight(len(s.parts.unacked))
 		}
 		s.a.stats.parts.Add(1)
 		s.a.stats.rows.Add(uint64(len(sn.Rows)))
@@ -557,6 +568,7 @@ func (s *agentSession) ack(seq uint64) error {
 		default: // cannot happen: tokens taken equal messages unacked
 		}
 	}
+	s.ackedAt.Store(int64(s.since()))
 	s.acked.Store(seq)
 	select {
 	case s.acks <- struct{}{}:

@@ -933,7 +933,8 @@ func TestChangesOfOtherKindsWaitForTheSnapshot(t *testing.T) {
 }
 
 // TestResyncKeepsTwoPartsInFlight: once a session's first full snapshot is
-// sent, a resync keeps at most two parts unacknowledged, and a change made
+// sent, a resync with its window held at two parts (MaxResyncParts) keeps
+// at most two parts unacknowledged, and a change made
 // while it waits for an ack goes out at once, not after the next part: a
 // delta queues on the manager behind two parts, not behind a window of
 // them. The first snapshot uses the whole window. A relay with a window of
@@ -948,6 +949,10 @@ func TestResyncKeepsTwoPartsInFlight(t *testing.T) {
 	a := startAgent(t, AgentOptions{
 		Manager: url, Cluster: cluster, PingInterval: 5 * time.Second, PongWait: time.Minute,
 		Resync: ResyncOptions{Interval: every, Min: every, Max: every},
+		// The relay's held acks would read as a long round trip, and the
+		// window would grow (TestResyncOverALongLink); this test is about
+		// the two parts it starts from.
+		MaxResyncParts: resyncPartsInFlight,
 	})
 	if err := a.buf.Replace(ctx, cluster, testKind, configMaps); err != nil {
 		t.Fatal(err)

@@ -38,8 +38,10 @@ const (
 	// incomplete, from its first part to its final one: the manager holds
 	// its rows (and what deltas wrote meanwhile) until then, and the
 	// cluster gets no resync's deletes. A paced resync of a snapshot at
-	// MaxSnapshotBytes (about 2,000 parts of 256 KiB, two per round trip)
-	// takes a few minutes over a 150 ms link; this is several times that.
+	// MaxSnapshotBytes (about 2,000 parts of 256 KiB) took about 3 minutes
+	// over a 150 ms link at two parts per round trip; the adaptive window
+	// (partWindow) makes it bound by the manager's apply instead. This is
+	// several times the worst of those.
 	DefaultMaxSnapshotPending = 15 * time.Minute
 	// DefaultHelloTimeout bounds the time from the upgrade to a complete
 	// Hello, however slowly its bytes come, so idle sockets cannot pile
