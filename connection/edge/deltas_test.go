@@ -1261,3 +1261,31 @@ func TestPendingSnapshotGauge(t *testing.T) {
 	h.waitReleased(t, "edge-a")
 	check("after the session ended with a snapshot pending", 0)
 }
+
+// TestWelcomeAnnouncesTheAllowance: the Welcome announces the deltas'
+// allowance to a session that uses FeatureDeltasInSnapshot and zero to
+// one that does not, though the limit does not depend on the feature
+// (review-s9-a L3).
+func TestWelcomeAnnouncesTheAllowance(t *testing.T) {
+	h := newHubHarness(t, HubOptions{MaxSnapshotBytes: 8 << 20})
+	for _, tc := range []struct {
+		name     string
+		features []string
+		want     int
+	}{
+		{name: "with the feature", features: []string{FeatureDeltasInSnapshot}, want: (8 << 20) / wroteShare},
+		{name: "without it", want: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dialRaw(t, h.url)
+			cluster := "edge-a"
+			if tc.features == nil {
+				cluster = "edge-b"
+			}
+			w := c.hello(cluster, "i", tokenFor(cluster), tc.features...)
+			if w.Type != TypeWelcome || w.Welcome.MaxSnapshotDeltaBytes != tc.want {
+				t.Errorf("welcome %s %+v, want MaxSnapshotDeltaBytes %d", w.Type, w.Welcome, tc.want)
+			}
+		})
+	}
+}

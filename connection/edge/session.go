@@ -103,13 +103,11 @@ type pendingSnapshot struct {
 // and a bound on what a hostile edge adds to the rows' limit.
 const wroteShare = 8
 
-// wroteLimit is what the deltas inside a snapshot may hold; the Welcome
-// announces it (MaxSnapshotDeltaBytes) to a session that uses
-// FeatureDeltasInSnapshot, and zero to one that does not.
+// wroteLimit is what the deltas inside a snapshot may hold. The Welcome
+// announces it (MaxSnapshotDeltaBytes) only to a session that uses
+// FeatureDeltasInSnapshot (run); the limit itself does not depend on the
+// feature, so no caller can enforce a limit of zero (review-s9-a L3).
 func (s *session) wroteLimit() int {
-	if !s.deltasInSnapshot {
-		return 0
-	}
 	return max(s.h.opts.MaxSnapshotBytes/wroteShare, 1)
 }
 
@@ -248,10 +246,14 @@ func (s *session) run(ctx context.Context) {
 	m.sessions.Inc()
 	defer m.sessions.Dec()
 
-	err := s.write(&Message{Type: TypeWelcome, Welcome: &Welcome{
+	w := &Welcome{
 		Version: ProtocolVersion, Session: s.id, MaxMessageBytes: s.h.opts.MaxMessageBytes, Window: s.h.opts.Window,
-		Features: s.features, MaxSnapshotDeltaBytes: s.wroteLimit(),
-	}})
+		Features: s.features,
+	}
+	if s.deltasInSnapshot {
+		w.MaxSnapshotDeltaBytes = s.wroteLimit()
+	}
+	err := s.write(&Message{Type: TypeWelcome, Welcome: w})
 	if err == nil {
 		s.log.Info("edge session started")
 		s.gen = s.claim.state.Connect(ctx, true, s.helloMetadata())
