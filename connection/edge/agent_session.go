@@ -225,9 +225,15 @@ func (s *agentSession) sendChanges(ctx context.Context, kinds []KindState, only 
 
 // deltaBudgetShare: an edge lets the deltas between a snapshot's parts
 // make the manager keep at most 1/deltaBudgetShare of its allowance
-// (Welcome.MaxSnapshotDeltaBytes). The other half covers what the two
-// counts may differ by: the edge measures its own rows, the manager the
-// rows it decoded (review-s7-edge M3).
+// (Welcome.MaxSnapshotDeltaBytes; review-s7-edge M3). Both sides count
+// with rowCost, and the edge counts its strings as the manager will decode
+// them (jsonLen: invalid UTF-8 grows threefold through JSON, review-s9-a
+// L2), so the counts agree but for a Summary, which encoding compacts and
+// the manager so counts smaller. The other half is not a correction of
+// the count: it keeps an honest edge clear of the limit should the two
+// sides' counting ever drift apart (an edge and a manager of different
+// builds), at the cost of changes waiting for the snapshot's end a little
+// sooner.
 const deltaBudgetShare = 2
 
 // deltaBudget keeps the deltas between one snapshot's parts within what

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -1096,16 +1097,15 @@ func TestKindSnapshotIsNotPaced(t *testing.T) {
 	r.settle(cluster, edgeVersions(a.buf), 2)
 }
 
-// TestDeltasKeepWithinTheAllowance: the manager announces what it keeps
-// of the deltas between a snapshot's parts (Welcome.MaxSnapshotDeltaBytes),
-// and an honest edge stays within half of it however much changes during a
-// snapshot: the changes that do not fit wait for the snapshot's end, and
-// the session lasts (review-s7-edge M3: a large cluster changing fast
-// during a long resync reached the limit and reconnected into the same
-// failure). An edge that ignores the allowance still gets a clear
-// oversize, its cluster's rows stay as they were, and the hub goes on
-// serving the honest edge.
-func TestDeltasKeepWithinTheAllowance(t *testing.T) {
+// honestEdgeWithinTheAllowance runs TestDeltasKeepWithinTheAllowance's
+// honest edge: a relay with a window of two in front of a hub whose
+// allowance is 1 MiB, a first snapshot of 6,000 ConfigMaps, and, while
+// its part 1 is held, 3,000 new ConfigMaps (as change leaves them) that
+// would make the hub keep over 1.5 times its allowance. It checks that
+// the hub accepted everything and that the edge spent its budget once,
+// and returns the relay, the agent and the first snapshot's rows.
+func honestEdgeWithinTheAllowance(t *testing.T, change func([]index.Object)) (*relayHub, *Agent, []index.Object) {
+	t.Helper()
 	const cluster = "edge-a"
 	ctx := t.Context()
 	// An allowance of 1 MiB (an eighth of the snapshot limit); the
@@ -1119,13 +1119,16 @@ func TestDeltasKeepWithinTheAllowance(t *testing.T) {
 	// much again as its allowance of them if the edge sent them all
 	// between the parts.
 	created := versioned(testRows(cluster, 9000, ""), "2")[6000:]
+	change(created)
 	cost := 0
 	for i := range created {
-		c, err := r.h.hub.opts.Quotas.checkRow(&created[i])
+		// What the hub holds: the row as it decodes it from the edge's JSON.
+		o := roundTrip(t, &created[i])
+		c, err := r.h.hub.opts.Quotas.checkRow(o)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cost += writeCost(created[i].Key(), &created[i], c)
+		cost += writeCost(o.Key(), o, c)
 	}
 	if cost < r.allowance*3/2 {
 		t.Fatalf("the changes would make the hub keep %d bytes, under 1.5 times its allowance of %d", cost, r.allowance)
@@ -1155,6 +1158,51 @@ func TestDeltasKeepWithinTheAllowance(t *testing.T) {
 	if s.DeltasInSnapshot == 0 || s.DeltaBudgetSpent != 1 || r.parts < 8 {
 		t.Errorf("want deltas between the parts until the budget was spent, in one snapshot of 8 parts or more (%d): %+v", r.parts, s)
 	}
+	return r, a, configMaps
+}
+
+// roundTrip returns o as the hub decodes it from the edge's JSON.
+func roundTrip(t *testing.T, o *index.Object) *index.Object {
+	t.Helper()
+	data, err := json.Marshal(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out index.Object
+	if err := json.Unmarshal(data, &out); err != nil {
+		t.Fatal(err)
+	}
+	return &out
+}
+
+// TestInvalidUTF8KeepsWithinTheAllowance: rows whose strings are invalid
+// UTF-8 grow threefold through JSON (each byte becomes U+FFFD), so an
+// edge that measured its own bytes sent about 2.4 times what it meant to
+// and the hub ended the session with oversize; the edge counts strings as
+// the hub decodes them (review-s9-a L2). An object's message is free
+// text, and the collector reads core kinds over protobuf, which does not
+// check UTF-8: anyone who can set one can fill it with such bytes.
+func TestInvalidUTF8KeepsWithinTheAllowance(t *testing.T) {
+	honestEdgeWithinTheAllowance(t, func(rows []index.Object) {
+		for i := range rows {
+			rows[i].Message = strings.Repeat("\xff", 1000)
+		}
+	})
+}
+
+// TestDeltasKeepWithinTheAllowance: the manager announces what it keeps
+// of the deltas between a snapshot's parts (Welcome.MaxSnapshotDeltaBytes),
+// and an honest edge stays within half of it however much changes during a
+// snapshot: the changes that do not fit wait for the snapshot's end, and
+// the session lasts (review-s7-edge M3: a large cluster changing fast
+// during a long resync reached the limit and reconnected into the same
+// failure). An edge that ignores the allowance still gets a clear
+// oversize, its cluster's rows stay as they were, and the hub goes on
+// serving the honest edge.
+func TestDeltasKeepWithinTheAllowance(t *testing.T) {
+	const cluster = "edge-a"
+	ctx := t.Context()
+	r, a, configMaps := honestEdgeWithinTheAllowance(t, func([]index.Object) {})
 
 	// The attacker: part 0 of a resync, then one delta deleting more
 	// distinct keys than the allowance holds.

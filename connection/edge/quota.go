@@ -3,6 +3,7 @@ package edge
 import (
 	"context"
 	"fmt"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/fleetgraph/fleetgraph/index"
@@ -89,11 +90,14 @@ func (q *Quotas) checkRow(o *index.Object) (int, error) {
 	return cost, nil
 }
 
-// rowCost returns what a row costs to hold decoded: the Object and every
-// byte it points to (the JSON it came in can be much smaller, for example
-// many empty labels); and, when a string of it is over maxString bytes,
-// which one. The manager counts it against its snapshot limits, and the
-// edge counts the same for its deltas' budget (deltaBudget).
+// rowCost returns what a row costs the manager to hold decoded: the
+// Object and every byte it points to (the JSON it came in can be much
+// smaller, for example many empty labels); and, when a string of it is
+// over maxString bytes, which one. The manager counts it against its
+// snapshot limits, and the edge counts the same for its deltas' budget
+// (deltaBudget). Strings count as the manager decodes them (jsonLen), so
+// the edge's own rows, which may hold invalid UTF-8, cost the same on
+// both sides.
 func rowCost(o *index.Object, maxString int) (cost int, over string) {
 	cost = int(unsafe.Sizeof(*o))
 	// str counts a string of n bytes, and names it (what, then label)
@@ -109,28 +113,28 @@ func rowCost(o *index.Object, maxString int) (cost int, over string) {
 		what string
 		n    int
 	}{
-		{"name", len(o.Name)},
-		{"namespace", len(o.Namespace)},
-		{"group", len(o.Group)},
-		{"version", len(o.Version)},
-		{"kind", len(o.Kind)},
-		{"resource", len(o.Resource)},
-		{"uid", len(o.UID)},
-		{"resourceVersion", len(o.ResourceVersion)},
-		{"message", len(o.Message)},
-		{"summary", len(o.Summary)},
+		{"name", jsonLen(o.Name)},
+		{"namespace", jsonLen(o.Namespace)},
+		{"group", jsonLen(o.Group)},
+		{"version", jsonLen(o.Version)},
+		{"kind", jsonLen(o.Kind)},
+		{"resource", jsonLen(o.Resource)},
+		{"uid", jsonLen(o.UID)},
+		{"resourceVersion", jsonLen(o.ResourceVersion)},
+		{"message", jsonLen(o.Message)},
+		{"summary", len(o.Summary)}, // JSON already: encoding copies its strings' bytes as they are
 	} {
 		str(f.what, "", f.n)
 	}
 	const mapEntry = 2 * int(unsafe.Sizeof("")) // a label's two string headers, before the map's own overhead
 	for k, v := range o.Labels {
-		str("a label key", "", len(k))
-		str("the value of label ", k, len(v))
+		str("a label key", "", jsonLen(k))
+		str("the value of label ", k, jsonLen(v))
 		cost += mapEntry + 16
 	}
 	for _, r := range o.OwnerRefs {
-		str("an owner reference", "", len(r.Kind))
-		str("an owner reference", "", len(r.Name))
+		str("an owner reference", "", jsonLen(r.Kind))
+		str("an owner reference", "", jsonLen(r.Name))
 		cost += int(unsafe.Sizeof(r))
 	}
 	if p := o.Policy; p != nil {
@@ -139,19 +143,42 @@ func rowCost(o *index.Object, maxString int) (cost int, over string) {
 			cost += int(unsafe.Sizeof(r))
 			for _, list := range [][]string{r.Verbs, r.APIGroups, r.Resources, r.ResourceNames, r.NonResourceURLs} {
 				for _, s := range list {
-					str("a policy rule entry", "", len(s))
+					str("a policy rule entry", "", jsonLen(s))
 					cost += int(unsafe.Sizeof(s))
 				}
 			}
 		}
 		for _, s := range p.Subjects {
-			str("a subject", "", len(s.Name))
-			str("a subject", "", len(s.Namespace))
+			str("a subject", "", jsonLen(s.Name))
+			str("a subject", "", jsonLen(s.Namespace))
 			cost += int(unsafe.Sizeof(s))
 		}
-		str("the role reference", "", len(p.RoleRef.Name))
+		str("the role reference", "", jsonLen(p.RoleRef.Name))
 	}
 	return cost, over
+}
+
+// jsonLen returns the length of s as the manager decodes it from the
+// edge's JSON: encoding/json writes each byte of invalid UTF-8 as U+FFFD,
+// which decodes to three bytes, so a string of such bytes grows threefold
+// on the way (review-s9-a L2). The collector reads core kinds over
+// protobuf, which does not check UTF-8, so a free-text field can hold
+// them. A valid string (every string the manager decoded) is its length.
+func jsonLen(s string) int {
+	if utf8.ValidString(s) {
+		return len(s)
+	}
+	n := 0
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			n += utf8.RuneLen(utf8.RuneError)
+		} else {
+			n += size
+		}
+		i += size
+	}
+	return n
 }
 
 // clusterCounts reads how many rows the index holds for a cluster, by

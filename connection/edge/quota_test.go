@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -35,5 +36,27 @@ func TestRowCost(t *testing.T) {
 	row.Summary = []byte(strings.Repeat("y", 70))
 	if _, over := rowCost(&row, 64); over != "summary is 70 bytes" {
 		t.Errorf("over = %q, want the summary named first", over)
+	}
+}
+
+// TestJSONLen: jsonLen is the length of a string after the JSON round
+// trip from the edge to the manager, invalid UTF-8 included.
+func TestJSONLen(t *testing.T) {
+	for _, s := range []string{
+		"", "plain", "héllo ✓", "\uFFFD", // a real U+FFFD stays three bytes
+		"\xff", "\xff\xfe\xfd", "a\xffb", "\xe2\x9c", // a truncated sequence: each byte is replaced
+		"\xed\xa0\x80", // an encoded surrogate is invalid UTF-8
+	} {
+		data, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var decoded string
+		if err := json.Unmarshal(data, &decoded); err != nil {
+			t.Fatal(err)
+		}
+		if got := jsonLen(s); got != len(decoded) {
+			t.Errorf("jsonLen(%q) = %d, want %d", s, got, len(decoded))
+		}
 	}
 }
