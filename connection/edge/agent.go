@@ -171,6 +171,24 @@ type Agent struct {
 	metadata map[string]string
 
 	stats agentCounters
+	// budgetSpent: the last snapshot spent its delta budget; owned by the
+	// goroutine that runs sessions, one at a time (Run).
+	budgetSpent bool
+}
+
+// noteDeltaBudget logs when snapshots start to spend their delta budget
+// and when they stop, once each way, as the manager logs a cluster's
+// state once per outage: while it is spent, changes wait for each
+// snapshot's end, which an operator should see (review-s9-a L7).
+func (a *Agent) noteDeltaBudget(spent bool, snapshot uint64, allowance int) {
+	switch {
+	case spent && !a.budgetSpent:
+		a.log.Info("changes wait for the snapshot's end: the manager's allowance for deltas between its parts is spent",
+			"snapshot", snapshot, "allowance", allowance, "budget", allowance/deltaBudgetShare)
+	case !spent && a.budgetSpent:
+		a.log.Info("changes go between the snapshot's parts again", "snapshot", snapshot)
+	}
+	a.budgetSpent = spent
 }
 
 // agentCounters are the agent's running totals.

@@ -436,6 +436,9 @@ func (s *agentSession) sendSnapshot(ctx context.Context, kind snapshotKind, kind
 	if deltas.spent() {
 		s.a.stats.deltaBudgetSpent.Add(1)
 	}
+	if s.deltasInSnapshot {
+		s.a.noteDeltaBudget(deltas.spent(), sn.ID, s.deltaAllowance)
+	}
 	return nil
 }
 

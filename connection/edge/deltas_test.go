@@ -1,8 +1,10 @@
 package edge
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -1133,9 +1135,11 @@ func honestEdgeWithinTheAllowance(t *testing.T, change func([]index.Object)) (*r
 	if cost < r.allowance*3/2 {
 		t.Fatalf("the changes would make the hub keep %d bytes, under 1.5 times its allowance of %d", cost, r.allowance)
 	}
+	var logs syncBuffer
 	a := startAgent(t, AgentOptions{
 		Manager: url, Cluster: cluster, PingInterval: 5 * time.Second, PongWait: time.Minute,
 		Resync: ResyncOptions{Interval: time.Hour}, // no periodic resync: the test counts snapshots
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	if err := a.buf.Replace(ctx, cluster, testKind, configMaps); err != nil {
 		t.Fatal(err)
@@ -1157,6 +1161,10 @@ func honestEdgeWithinTheAllowance(t *testing.T, change func([]index.Object)) (*r
 	t.Logf("agent: %d snapshots in %d parts, %d deltas between parts, budget spent in %d", s.Snapshots, s.Parts, s.DeltasInSnapshot, s.DeltaBudgetSpent)
 	if s.DeltasInSnapshot == 0 || s.DeltaBudgetSpent != 1 || r.parts < 8 {
 		t.Errorf("want deltas between the parts until the budget was spent, in one snapshot of 8 parts or more (%d): %+v", r.parts, s)
+	}
+	// An operator sees it (review-s9-a L7): one line, when it starts.
+	if n := strings.Count(logs.String(), "the manager's allowance for deltas between its parts is spent"); n != 1 {
+		t.Errorf("the edge logged a spent budget %d times, want once:\n%s", n, logs.String())
 	}
 	return r, a, configMaps
 }
@@ -1335,5 +1343,40 @@ func TestWelcomeAnnouncesTheAllowance(t *testing.T) {
 				t.Errorf("welcome %s %+v, want MaxSnapshotDeltaBytes %d", w.Type, w.Welcome, tc.want)
 			}
 		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer that a logger and the test may use at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestDeltaBudgetLoggedOncePerOutage: a run of snapshots that spend their
+// delta budget logs one line at its start and one at its end.
+func TestDeltaBudgetLoggedOncePerOutage(t *testing.T) {
+	var logs syncBuffer
+	a := &Agent{log: slog.New(slog.NewTextHandler(&logs, nil))}
+	for i, spent := range []bool{false, true, true, true, false, false, true} {
+		a.noteDeltaBudget(spent, uint64(i+1), 1<<20)
+	}
+	out := logs.String()
+	if n := strings.Count(out, "allowance for deltas between its parts is spent"); n != 2 {
+		t.Errorf("%d lines about a spent budget, want 2 (snapshots 2 and 7):\n%s", n, out)
+	}
+	if n := strings.Count(out, "between the snapshot's parts again"); n != 1 {
+		t.Errorf("%d lines about the budget back, want 1 (snapshot 5):\n%s", n, out)
 	}
 }
