@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -1378,5 +1379,75 @@ func TestDeltaBudgetLoggedOncePerOutage(t *testing.T) {
 	}
 	if n := strings.Count(out, "between the snapshot's parts again"); n != 1 {
 		t.Errorf("%d lines about the budget back, want 1 (snapshot 5):\n%s", n, out)
+	}
+}
+
+// TestDeltaBudgetFits: the edge's budget counts what the manager keeps of
+// the deltas between a snapshot's parts (review-s9-a L6): half the
+// allowance; a rewritten key replaces its cost rather than adding to it; a
+// delete costs its key's strings and an entry; and once a key does not
+// fit, none does, however small.
+func TestDeltaBudgetFits(t *testing.T) {
+	a, b, c := cmRow("edge-a", "a", "1"), cmRow("edge-a", "b", "1"), cmRow("edge-a", "c", "1")
+	rowCostOf := func(o index.Object) int {
+		n, _ := rowCost(&o, math.MaxInt)
+		return writeCost(o.Key(), &o, n)
+	}
+	del := writeCost(c.Key(), nil, 0)
+	if del != keyBytes(c.Key())+entryCost {
+		t.Fatalf("a delete costs %d, want its key's %d bytes and an entry, %d", del, keyBytes(c.Key()), entryCost)
+	}
+	type write struct {
+		row  index.Object
+		del  bool
+		fits bool
+	}
+	for _, tc := range []struct {
+		name   string
+		limit  int // the budget: half the allowance
+		writes []write
+		used   int
+	}{
+		{name: "rows up to the limit", limit: rowCostOf(a) + rowCostOf(b), writes: []write{{row: a, fits: true}, {row: b, fits: true}}, used: rowCostOf(a) + rowCostOf(b)},
+		{name: "a rewrite replaces its cost", limit: rowCostOf(a) + rowCostOf(b), writes: []write{{row: a, fits: true}, {row: a, fits: true}, {row: a, fits: true}, {row: b, fits: true}}, used: rowCostOf(a) + rowCostOf(b)},
+		{name: "a delete after the row's write costs the key", limit: rowCostOf(a) + rowCostOf(b), writes: []write{{row: a, fits: true}, {row: a, del: true, fits: true}, {row: b, fits: true}}, used: writeCost(a.Key(), nil, 0) + rowCostOf(b)},
+		// c's delete would fit after a, b's row does not.
+		{name: "one over closes the budget", limit: rowCostOf(a) + del, writes: []write{{row: a, fits: true}, {row: b, fits: false}, {row: c, del: true, fits: false}}, used: rowCostOf(a)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			budget := newDeltaBudget(2 * tc.limit)
+			if budget.limit != tc.limit {
+				t.Fatalf("a budget of %d for an allowance of %d, want %d", budget.limit, 2*tc.limit, tc.limit)
+			}
+			for i, w := range tc.writes {
+				row := &w.row
+				if w.del {
+					row = nil
+				}
+				if got := budget.fits(w.row.Key(), row); got != w.fits {
+					t.Errorf("write %d (%s, delete %v) fits = %v, want %v", i, w.row.Name, w.del, got, w.fits)
+				}
+			}
+			if budget.used != tc.used {
+				t.Errorf("the budget counts %d bytes, want %d", budget.used, tc.used)
+			}
+		})
+	}
+}
+
+// TestDeltaAllowanceOfAnOldManager: a Welcome without
+// MaxSnapshotDeltaBytes (a manager from before the field), or with a
+// value below one, gives LegacyMaxSnapshotDeltaBytes (review-s9-a L6).
+func TestDeltaAllowanceOfAnOldManager(t *testing.T) {
+	a := &Agent{}
+	for _, announced := range []int{0, -1, 1 << 20} {
+		want := announced
+		if announced <= 0 {
+			want = LegacyMaxSnapshotDeltaBytes
+		}
+		s := newAgentSession(a, nil, &Welcome{Window: 1, MaxSnapshotDeltaBytes: announced})
+		if s.deltaAllowance != want {
+			t.Errorf("announced %d: allowance %d, want %d", announced, s.deltaAllowance, want)
+		}
 	}
 }
