@@ -145,7 +145,9 @@ type Welcome struct {
 // keeps an edge safe against such a manager configured down to a 64 MiB
 // snapshot limit. The cost of assuming too little is small: the changes
 // that do not fit wait for the snapshot's end, as every change did
-// before FeatureDeltasInSnapshot.
+// before FeatureDeltasInSnapshot. This holds for managers from 7a0ca63
+// on; the untagged builds from 6e15fb2 to it counted the deltas inside
+// the snapshot's limit (docs/edge-protocol.md; review-s9-a L8).
 const LegacyMaxSnapshotDeltaBytes = 8 << 20
 
 // Reason is why a session was refused or ended.
