@@ -65,11 +65,11 @@ type buffer struct {
 	kinds      map[kindID]*kindRows
 	expected   []kindID // kinds discovery found; nil until the collector started
 	connected  bool
-	full       bool // a full snapshot is due
-	dirty      dirtySet
-	dirtyKinds map[kindID]struct{}
-	changes    int  // row changes since the last full snapshot
-	overflowed bool // the dirty set overflowed since the last full snapshot
+	full       bool                // a full snapshot is due
+	dirty      dirtySet            // changed rows' keys, by kind
+	dirtyKinds map[kindID]struct{} // kinds whose state (not rows) changed
+	changes    int                 // row changes since the last full snapshot
+	overflowed bool                // the dirty set overflowed since the last full snapshot
 
 	coalesced atomic.Uint64
 	overflows atomic.Uint64
@@ -118,18 +118,15 @@ func (b *buffer) markRow(k index.Key) {
 	if !b.connected || b.full {
 		return // the next full snapshot carries it
 	}
-	if b.dirty.has(k) {
+	switch b.dirty.add(k, b.maxDirty) {
+	case dirtyHad:
 		b.coalesced.Add(1)
-		return
-	}
-	if b.dirty.n >= b.maxDirty {
+	case dirtyFull:
 		b.full, b.overflowed = true, true
 		b.dirty.clear()
 		clear(b.dirtyKinds)
 		b.overflows.Add(1)
-		return
 	}
-	b.dirty.add(k)
 }
 
 // markKind records that a kind's state changed. mu must be held.
@@ -445,22 +442,32 @@ type dirtySet struct {
 	n      int // keys in all kinds
 }
 
-func (d *dirtySet) has(k index.Key) bool {
-	_, ok := d.byKind[idOf(k.Group, k.Kind)][k]
-	return ok
-}
+// What dirtySet.add did.
+const (
+	dirtyAdded = iota
+	dirtyHad   // k was in the set already: the change coalesced
+	dirtyFull  // the set holds most keys: k was not added
+)
 
-func (d *dirtySet) add(k index.Key) {
+// add adds k unless the set holds it already or holds most keys, with
+// one lookup of k's kind and one of k (review-s9-a L9: has, then add,
+// looked both up twice).
+func (d *dirtySet) add(k index.Key, most int) int {
 	id := idOf(k.Group, k.Kind)
 	keys := d.byKind[id]
+	if _, ok := keys[k]; ok {
+		return dirtyHad
+	}
+	if d.n >= most {
+		return dirtyFull
+	}
 	if keys == nil {
 		keys = map[index.Key]struct{}{}
 		d.byKind[id] = keys
 	}
-	if _, ok := keys[k]; !ok {
-		keys[k] = struct{}{}
-		d.n++
-	}
+	keys[k] = struct{}{}
+	d.n++
+	return dirtyAdded
 }
 
 // remove drops k, of kind id. An emptied kind keeps its (empty) set, so a
