@@ -131,8 +131,14 @@ func (c *rawClient) send(m *Message) {
 	}
 }
 
+// rawReadWait bounds how long a raw client waits for the hub's next
+// message. A failure bound only: under -race on a loaded 2-core machine
+// the hub took over 10 s, the bound before, to apply a resync's part and
+// ack it (TestResyncKeepsTwoPartsInFlight, 1 run in 5 at load 14).
+const rawReadWait = relayWait
+
 func (c *rawClient) read() (*Message, error) {
-	m, _, err := c.conn.read(DefaultMaxMessageBytes, 10*time.Second)
+	m, _, err := c.conn.read(DefaultMaxMessageBytes, rawReadWait)
 	return m, err
 }
 
