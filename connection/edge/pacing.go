@@ -30,7 +30,7 @@ import "time"
 // Owned by the session's run goroutine.
 type partWindow struct {
 	size    int           // parts allowed unacknowledged
-	max     int           // the manager's window less one, left for a delta
+	most    int           // at most: the manager's window less one, left for a delta
 	base    time.Duration // smallest sample of the session; 0 before the first
 	unacked []sentPart    // parts sent and not yet acknowledged, oldest first
 	// last is the last part sent; after an adjustment, samples of parts up
@@ -67,7 +67,7 @@ func newPartWindow(window, limit int) *partWindow {
 	if limit > 0 {
 		most = min(most, limit)
 	}
-	return &partWindow{size: resyncPartsInFlight, max: max(resyncPartsInFlight, most), ramping: true}
+	return &partWindow{size: resyncPartsInFlight, most: max(resyncPartsInFlight, most), ramping: true}
 }
 
 // start begins a resync: the window starts small again, since the
@@ -112,7 +112,7 @@ func (w *partWindow) sample(seq uint64, rtt time.Duration) {
 	size := w.size
 	switch {
 	case queued < queueLow:
-		size = min(w.size+1, w.max)
+		size = min(w.size+1, w.most)
 	case queued > queueHigh:
 		size = max(w.size-1, resyncPartsInFlight)
 		w.ramping = false
