@@ -91,7 +91,8 @@ type Config struct {
 	ReplayBuffer int
 
 	// Registry receives every metric and is served at /metrics; nil means
-	// a new registry.
+	// a new registry. The Go runtime and process collectors are the
+	// caller's to register on it (see the package doc).
 	Registry *prometheus.Registry
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger

@@ -60,7 +60,9 @@ type Options struct {
 
 	// Registry receives the package's Prometheus metrics and is what
 	// /metrics serves. Nil means a private registry. Registering twice on
-	// one registry fails, so give each handler its own.
+	// one registry fails, so give each handler its own. The package
+	// registers no Go runtime or process collectors: whoever builds the
+	// registry does.
 	Registry *prometheus.Registry
 	// Logger receives structured logs; nil means slog.Default().
 	Logger *slog.Logger

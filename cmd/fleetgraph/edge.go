@@ -1,14 +1,19 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -26,6 +31,7 @@ type edgeFlags struct {
 	kinds, extraKinds            []string
 	namespaces, excludeNS        []string
 	resync, resyncMin, resyncMax time.Duration
+	metricsListen                string
 }
 
 func newEdgeCommand() *cobra.Command {
@@ -52,7 +58,7 @@ impersonate on users and groups.`,
 			if err != nil {
 				return err
 			}
-			return agent.Run(cmd.Context())
+			return f.run(cmd.Context(), agent)
 		},
 	}
 	fl := cmd.Flags()
@@ -72,7 +78,44 @@ impersonate on users and groups.`,
 	fl.DurationVar(&f.resync, "resync", edge.DefaultResyncInterval, "full resync interval")
 	fl.DurationVar(&f.resyncMin, "resync-min", edge.DefaultResyncMin, "shortest full resync interval when the cluster changes a lot")
 	fl.DurationVar(&f.resyncMax, "resync-max", edge.DefaultResyncMax, "longest full resync interval when the cluster is quiet (equal to --resync-min turns adaptation off)")
+	fl.StringVar(&f.metricsListen, "metrics-listen", "", "serve /metrics (the Go runtime's and the process's) without authentication on this address, for scrapers")
 	return cmd
+}
+
+// run runs agent until ctx ends, serving /metrics on --metrics-listen
+// meanwhile. A metrics listener that fails stops the agent: an edge is
+// run to be watched.
+func (f *edgeFlags) run(ctx context.Context, agent *edge.Agent) error {
+	if f.metricsListen == "" {
+		return agent.Run(ctx)
+	}
+	ln, err := net.Listen("tcp", f.metricsListen)
+	if err != nil {
+		return fmt.Errorf("--metrics-listen: %w", err)
+	}
+	reg := newMetricsRegistry()
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	t := defaultTimeouts
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: t.readHeader, ReadTimeout: t.read, IdleTimeout: t.idle}
+	slog.Info("serving metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	served := make(chan error, 1)
+	go func() {
+		err := hs.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		served <- err
+		cancel()
+	}()
+	runErr := agent.Run(ctx)
+	_ = hs.Close()
+	if err := <-served; err != nil {
+		return errors.Join(runErr, fmt.Errorf("serving metrics on %s: %w", f.metricsListen, err))
+	}
+	return runErr
 }
 
 func (f *edgeFlags) options() (edge.AgentOptions, error) {

@@ -217,7 +217,7 @@ func serve(ctx context.Context, f *serveFlags, specs []connection.Spec) error {
 		return err
 	}
 	srv, err := fleetgraph.New(fleetgraph.Config{
-		EdgeTokens: edgeTokens, Sources: srcs,
+		EdgeTokens: edgeTokens, Sources: srcs, Registry: newMetricsRegistry(),
 		Clusters: specs, Kinds: f.kinds, ExtraKinds: f.extraKinds,
 		Namespaces: f.namespaces, ExcludeNamespaces: f.excludeNamespaces, Relist: f.relist,
 		Connection:     connection.Options{MaxConcurrentSyncs: f.maxConcurrentSyncs()},
