@@ -108,6 +108,27 @@ func TestCompareKeys(t *testing.T) {
 			}
 		}
 	}
+	// The same keys under a second kindInfo of each group and kind (another
+	// resource, as a cluster that reports another plural makes): the key
+	// has no resource, so compareRows must order by the group and kind
+	// strings alone when the descriptions differ (review-s9-b L7).
+	for i, a := range keys {
+		o := universeObject(a)
+		o.Version, o.Resource = "v2", o.Resource+"-alt"
+		alt := x.buildRow(o, nil)
+		if alt.kind == rows[i].kind {
+			t.Fatalf("%s: the second resource shares the kindInfo of the first", a)
+		}
+		for j, b := range keys {
+			want := strings.Compare(objectKey(a), objectKey(b))
+			if got := sign(x.compareRows(alt, rows[j])); got != want {
+				t.Fatalf("compareRows(%s as %s, %s) = %d, want %d", a, o.Resource, b, got, want)
+			}
+			if got := sign(x.compareRows(rows[j], alt)); got != -want {
+				t.Fatalf("compareRows(%s, %s as %s) = %d, want %d", b, a, o.Resource, got, -want)
+			}
+		}
+	}
 	for _, bad := range []string{"", "c\x00g\x00k\x00ns\x00", "c\x00g\x00k\x00ns\x00n", "c\x00g\x00k\x00ns\x00n\x00x", "c\x00g\x00k\x00ns\x00n\x00\x00"} {
 		if k, ok := parseObjectKey(bad); ok {
 			t.Fatalf("parseObjectKey(%q) = %s, want not a key", bad, k)
