@@ -1103,11 +1103,11 @@ func TestKindSnapshotIsNotPaced(t *testing.T) {
 // honestEdgeWithinTheAllowance runs TestDeltasKeepWithinTheAllowance's
 // honest edge: a relay with a window of two in front of a hub whose
 // allowance is 1 MiB, a first snapshot of 6,000 ConfigMaps, and, while
-// its part 1 is held, 3,000 new ConfigMaps (as change leaves them) that
+// its part 1 is held, new ConfigMaps (those change returns of 3,000) that
 // would make the hub keep over 1.5 times its allowance. It checks that
 // the hub accepted everything and that the edge spent its budget once,
 // and returns the relay, the agent and the first snapshot's rows.
-func honestEdgeWithinTheAllowance(t *testing.T, change func([]index.Object)) (*relayHub, *Agent, []index.Object) {
+func honestEdgeWithinTheAllowance(t *testing.T, change func([]index.Object) []index.Object) (*relayHub, *Agent, []index.Object) {
 	t.Helper()
 	const cluster = "edge-a"
 	ctx := t.Context()
@@ -1121,8 +1121,7 @@ func honestEdgeWithinTheAllowance(t *testing.T, change func([]index.Object)) (*r
 	// New ConfigMaps made during the snapshot: the hub would keep half as
 	// much again as its allowance of them if the edge sent them all
 	// between the parts.
-	created := versioned(testRows(cluster, 9000, ""), "2")[6000:]
-	change(created)
+	created := change(versioned(testRows(cluster, 9000, ""), "2")[6000:])
 	cost := 0
 	for i := range created {
 		// What the hub holds: the row as it decodes it from the edge's JSON.
@@ -1192,10 +1191,17 @@ func roundTrip(t *testing.T, o *index.Object) *index.Object {
 // text, and the collector reads core kinds over protobuf, which does not
 // check UTF-8: anyone who can set one can fill it with such bytes.
 func TestInvalidUTF8KeepsWithinTheAllowance(t *testing.T) {
-	honestEdgeWithinTheAllowance(t, func(rows []index.Object) {
+	// 600 rows of 1,000 such bytes: the hub would keep about 2 MiB of
+	// them, and an edge counting 1,000 bytes each sends about 340 between
+	// the parts, 1.2 MiB on the hub, past its 1 MiB allowance. Fewer rows
+	// than the valid case: each is 6 KB of JSON, slow to encode and decode
+	// under -race.
+	honestEdgeWithinTheAllowance(t, func(rows []index.Object) []index.Object {
+		rows = rows[:600]
 		for i := range rows {
 			rows[i].Message = strings.Repeat("\xff", 1000)
 		}
+		return rows
 	})
 }
 
@@ -1211,7 +1217,7 @@ func TestInvalidUTF8KeepsWithinTheAllowance(t *testing.T) {
 func TestDeltasKeepWithinTheAllowance(t *testing.T) {
 	const cluster = "edge-a"
 	ctx := t.Context()
-	r, a, configMaps := honestEdgeWithinTheAllowance(t, func([]index.Object) {})
+	r, a, configMaps := honestEdgeWithinTheAllowance(t, func(rows []index.Object) []index.Object { return rows })
 
 	// The attacker: part 0 of a resync, then one delta deleting more
 	// distinct keys than the allowance holds.
