@@ -224,7 +224,7 @@ func runCompare(ctx context.Context, args []string) error {
 		return err
 	}
 	defer gc.Stop()
-	o.gcHeadroom = gcHeadroomKey(*gcHeadroom)
+	o.gcHeadroom = gcHeadroomKey(gc)
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n <= 0 || n%10000 != 0 {

@@ -21,27 +21,25 @@ func gcFlag(fs *flag.FlagSet) *int {
 // what serve holds. It returns the Tuner to stop and a description of the
 // policy in force for the report.
 func startGCPolicy(headroom int) (*gcpolicy.Tuner, string, error) {
-	p := gcpolicy.Policy{Headroom: headroom, Floor: gcpolicy.DefaultFloor}
+	p := gcpolicy.Default()
+	p.Headroom = headroom
 	t, err := gcpolicy.Start(p, slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	if err != nil {
 		return nil, "", err
 	}
-	if why := gcpolicy.Off(p); why != "" {
-		if os.Getenv("GOGC") != "" {
-			return t, "off (" + why + ")", nil
-		}
-		return t, "off (" + why + "): the Go default, GOGC 100", nil
+	if t.Off() != "" {
+		return t, t.String(), nil
 	}
-	return t, "on, as in fleetgraph serve: " + p.String(), nil
+	return t, "on, as in fleetgraph serve: " + t.String(), nil
 }
 
 // gcHeadroomKey is the gc_headroom value of a result line: the headroom
-// in percent, or "off" when the policy did not run.
-func gcHeadroomKey(headroom int) string {
-	if gcpolicy.Off(gcpolicy.Policy{Headroom: headroom}) != "" {
+// in percent, or "off" when the policy does not run.
+func gcHeadroomKey(t *gcpolicy.Tuner) string {
+	if t.Off() != "" {
 		return "off"
 	}
-	return strconv.Itoa(headroom)
+	return strconv.Itoa(t.Headroom())
 }
 
 // gcStats are the runtime's cumulative GC figures (runtime/metrics): its

@@ -137,7 +137,7 @@ func indexBench(ctx context.Context, mode string, args []string) error {
 			return err
 		}
 		fmt.Printf("index: objects=%d ingest_per_s=%.0f ingest_cpu_us_per_object=%.2f heap_bytes_per_object=%.0f peak_rss_bytes_per_object=%.0f gc_headroom=%s\n",
-			n, float64(n)/ingest.Seconds(), ingestCPU.Seconds()*1e6/float64(n), float64(heap)/float64(n), float64(peak)/float64(n), gcHeadroomKey(*gcHeadroom))
+			n, float64(n)/ingest.Seconds(), ingestCPU.Seconds()*1e6/float64(n), float64(heap)/float64(n), float64(peak)/float64(n), gcHeadroomKey(gc))
 		return nil
 	}
 	for c := range fleet.Clusters {
@@ -275,7 +275,7 @@ func indexBench(ctx context.Context, mode string, args []string) error {
 		}
 		fmt.Printf("scale: objects=%d heap_bytes_per_object=%.0f rss_gib=%.2f ingest_per_s=%.0f q3_p99_us=%s q4_p99_us=%s facets_p99_us=%s q6b_p99_us=%s memory_limit_gib=%.1f gc_headroom=%s %s\n",
 			n, float64(heap)/float64(n), float64(peak)/(1<<30), float64(n)/ingest.Seconds(),
-			us(results["q3"]), us(results["q4"]), us(results["q5"]), us(results["q6b"]), containerGiB, gcHeadroomKey(*gcHeadroom), sizes)
+			us(results["q3"]), us(results["q4"]), us(results["q5"]), us(results["q6b"]), containerGiB, gcHeadroomKey(gc), sizes)
 		runtime.KeepAlive(s)
 		return nil
 	}
@@ -294,7 +294,7 @@ func indexBench(ctx context.Context, mode string, args []string) error {
 	fmt.Printf("index: objects=%d ingest_per_s=%.0f heap_bytes_per_object=%.0f q1_p99_us=%s q2_p99_us=%s q3_p99_us=%s q4_p99_us=%s q5_p99_us=%s q6a_p99_us=%s q6b_p99_us=%s churn_q3_p99_us=%s churn_changes_per_s=%.0f gc_headroom=%s %s\n",
 		n, float64(n)/ingest.Seconds(), float64(heap)/float64(n),
 		us(results["q1"]), us(results["q2"]), us(results["q3"]), us(results["q4"]), us(results["q5"]),
-		us(results["q6a"]), us(results["q6b"]), us(churn), churnRateReached, gcHeadroomKey(*gcHeadroom), sizes)
+		us(results["q6a"]), us(results["q6b"]), us(churn), churnRateReached, gcHeadroomKey(gc), sizes)
 	runtime.KeepAlive(s)
 	return nil
 }

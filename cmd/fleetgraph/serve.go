@@ -170,7 +170,9 @@ At least one authenticator (--tokens-file, --oidc-issuer or
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			setMemoryLimit(memlimit.FromCgroup)
-			gc, err := gcpolicy.Start(gcpolicy.Policy{Headroom: gcHeadroom, Floor: gcpolicy.DefaultFloor}, slog.Default())
+			gcp := gcpolicy.Default()
+			gcp.Headroom = gcHeadroom
+			gc, err := gcpolicy.Start(gcp, slog.Default())
 			if err != nil {
 				return fmt.Errorf("--gc-headroom: %w", err)
 			}

@@ -70,18 +70,18 @@ func (p Policy) Validate() error {
 	return nil
 }
 
-// Off returns why Start would leave the collector alone ("" if it would
-// not): GOGC in the environment (the operator's setting wins; an empty
-// one, as templating leaves, is the runtime's default and does not), or a
-// Headroom of 0.
-func Off(p Policy) string {
+// off returns why Start leaves the collector alone ("" if it does not):
+// GOGC in the environment (the operator's setting wins; an empty one, as
+// templating leaves, is the runtime's default and does not), or a Headroom
+// of 0, and what runs instead when the environment does not say.
+func off(p Policy) (why, instead string) {
 	if v := os.Getenv("GOGC"); v != "" {
-		return "GOGC=" + v + " is set in the environment"
+		return "GOGC=" + v + " is set in the environment", ""
 	}
 	if p.Headroom == 0 {
-		return "gc headroom 0"
+		return "gc headroom 0", "the Go default, GOGC 100"
 	}
-	return ""
+	return "", ""
 }
 
 // String describes p for logs and reports.
@@ -89,13 +89,17 @@ func (p Policy) String() string {
 	return fmt.Sprintf("headroom max(%d MiB, %d%% of the live heap), at most GOGC's default of 100%%", p.Floor>>20, p.Headroom)
 }
 
-// Tuner applies a Policy after every garbage collection until Stop.
+// Tuner applies a Policy after every garbage collection until Stop, or
+// says why it does not (Off): callers ask it what is in force rather than
+// decide again.
 //
 // Concurrency: Start arms a cleanup that runs on the runtime's cleanup
 // goroutine after each collection; mu orders it with Stop, so no percent
 // is set after Stop returns.
 type Tuner struct {
 	policy  Policy
+	off     string     // why the policy is off; "" while it runs
+	instead string     // what runs instead when off, if the environment does not say
 	orig    int        // the GC percent before Start, restored by Stop
 	applied func(int)  // tests: called after each cycle with the percent set
 	mu      sync.Mutex // guards stopped and last
@@ -103,21 +107,49 @@ type Tuner struct {
 	last    int
 }
 
-// Start applies p from the next collection on and logs what it does. It
-// returns a nil Tuner, and does nothing, when Off(p) says why not; the
-// logger says so.
+// Start applies p from the next collection on and logs what it does.
+// When the policy is off (GOGC in the environment, or a Headroom of 0) it
+// changes nothing, and the Tuner it returns says why (Off), as the log
+// does.
 func Start(p Policy, logger *slog.Logger) (*Tuner, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	if why := Off(p); why != "" {
+	if why, instead := off(p); why != "" {
 		logger.Info("gc policy off", "reason", why)
-		return nil, nil
+		return &Tuner{policy: p, off: why, instead: instead, stopped: true}, nil
 	}
 	t := start(p, nil)
 	logger.Info("gc policy", "headroom_percent", p.Headroom, "floor_mib", p.Floor>>20,
 		"gomemlimit_bytes", debug.SetMemoryLimit(-1)) // the runtime collects at whichever goal comes first
 	return t, nil
+}
+
+// Off returns why the policy is off ("" while it runs): GOGC in the
+// environment, or a Headroom of 0.
+func (t *Tuner) Off() string { return t.off }
+
+// Headroom returns the headroom in force in percent of the live heap, 0
+// when the policy is off (the Go default, or the GOGC the environment
+// sets).
+func (t *Tuner) Headroom() int {
+	if t.off != "" {
+		return 0
+	}
+	return t.policy.Headroom
+}
+
+// String describes what is in force, for logs and reports: the policy, or
+// why it is off and what runs instead.
+func (t *Tuner) String() string {
+	switch {
+	case t.off == "":
+		return t.policy.String()
+	case t.instead == "":
+		return "off (" + t.off + ")"
+	default:
+		return "off (" + t.off + "): " + t.instead
+	}
 }
 
 func start(p Policy, applied func(int)) *Tuner {
@@ -128,8 +160,8 @@ func start(p Policy, applied func(int)) *Tuner {
 	return t
 }
 
-// Stop ends the policy and restores the GC percent Start found. It is
-// safe on a nil Tuner.
+// Stop ends the policy and restores the GC percent Start found; on a
+// policy that is off it does nothing. It is safe on a nil Tuner.
 func (t *Tuner) Stop() {
 	if t == nil {
 		return

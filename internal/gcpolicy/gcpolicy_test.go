@@ -48,37 +48,64 @@ func TestPercent(t *testing.T) {
 }
 
 // TestStartOff: GOGC in the environment wins over the policy, and so does
-// a headroom of 0; neither changes the GC percent or arms the hook.
+// a headroom of 0; neither changes the GC percent or arms the hook, and the
+// Tuner says why, as the log does.
 func TestStartOff(t *testing.T) {
 	for _, c := range []struct {
 		name, gogc string // gogc "": empty in the environment, as if unset
 		headroom   int
-		logged     string
+		why        string // logged, and the Tuner's Off
+		described  string // the Tuner's String
 	}{
-		{"GOGC set", "150", DefaultHeadroom, "GOGC=150 is set"},
-		{"GOGC=off", "off", DefaultHeadroom, "GOGC=off is set"},
-		{"headroom 0", "", 0, "gc headroom 0"},
+		{"GOGC set", "150", DefaultHeadroom, "GOGC=150 is set in the environment", "off (GOGC=150 is set in the environment)"},
+		{"GOGC=off", "off", DefaultHeadroom, "GOGC=off is set in the environment", "off (GOGC=off is set in the environment)"},
+		{"headroom 0", "", 0, "gc headroom 0", "off (gc headroom 0): the Go default, GOGC 100"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Setenv("GOGC", c.gogc) // empty, as templating leaves it, is the default: not off
-			if c.gogc == "" && Off(Default()) != "" {
-				t.Fatalf("Off(Default()) = %q with GOGC empty, want on", Off(Default()))
+			if why, _ := off(Default()); c.gogc == "" && why != "" {
+				t.Fatalf("off(Default()) = %q with GOGC empty, want on", why)
 			}
 			before := debug.SetGCPercent(100)
 			defer debug.SetGCPercent(before)
 			var log bytes.Buffer
 			tu, err := Start(Policy{Headroom: c.headroom, Floor: 1}, slog.New(slog.NewTextHandler(&log, nil)))
-			if err != nil || tu != nil {
-				t.Fatalf("Start = %v, %v; want no tuner and no error", tu, err)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tu.Off() != c.why || tu.Headroom() != 0 || tu.String() != c.described {
+				t.Errorf("Tuner: Off %q, Headroom %d, String %q; want %q, 0, %q", tu.Off(), tu.Headroom(), tu.String(), c.why, c.described)
 			}
 			runtime.GC()
 			if got := int(readUint64(gogcMetric)); got != 100 {
 				t.Errorf("GC percent %d after a collection, want it left at 100", got)
 			}
-			if !strings.Contains(log.String(), "gc policy off") || !strings.Contains(log.String(), c.logged) {
-				t.Errorf("log %q does not say the policy is off because of %q", log.String(), c.logged)
+			tu.Stop()
+			if got := int(readUint64(gogcMetric)); got != 100 {
+				t.Errorf("GC percent %d after Stop, want it left at 100", got)
+			}
+			if !strings.Contains(log.String(), "gc policy off") || !strings.Contains(log.String(), c.why) {
+				t.Errorf("log %q does not say the policy is off because of %q", log.String(), c.why)
 			}
 		})
+	}
+}
+
+// TestStartOn: with GOGC empty, Start runs the policy and the Tuner says
+// so: its headroom and its description.
+func TestStartOn(t *testing.T) {
+	t.Setenv("GOGC", "")
+	before := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(before)
+	p := Default()
+	p.Headroom = 30
+	tu, err := Start(p, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tu.Stop()
+	if tu.Off() != "" || tu.Headroom() != 30 || tu.String() != p.String() {
+		t.Errorf("Tuner: Off %q, Headroom %d, String %q; want on, 30, %q", tu.Off(), tu.Headroom(), tu.String(), p.String())
 	}
 }
 
