@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -194,14 +195,24 @@ type compareOptions struct {
 	report     string
 	chart      string
 	verbose    bool
-	rss0       int64  // the process's RSS before any store was loaded
+	// sizeResult: set in the process that measures one size (see
+	// runCompare), the file its sizeResult goes to.
+	sizeResult string
 	gcHeadroom string // gc_headroom in the size line: a percent, or "off"
+	gcPolicy   string // the GC policy in force, described
 }
 
 // runCompare is fleetbench compare: see the package doc and BENCHMARKS.md.
+//
+// Each size is measured in a process of its own: compare starts its own
+// executable once per size, with -size-result, and the parent only merges
+// the results and writes the report. In one process, what a smaller size's
+// stores left (the in-process SQLite's memory, the clients' buffers, the
+// runtime's retained pages) would count as fleetgraph's memory at the next
+// size, whose figure is the process's RSS growth over its load.
 func runCompare(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
-	sizes := fs.String("sizes", "100000,1000000", "fleet sizes (objects, multiples of 10,000: clusters of 1,000 namespaces x 10)")
+	sizes := fs.String("sizes", "100000,1000000", "fleet sizes (objects, multiples of 10,000: clusters of 1,000 namespaces x 10), each measured in a process of its own")
 	stores := fs.String("stores", "fleetgraph,fleetgraph_http,postgres_typed,postgres_jsonb,sqlite,redis", "stores to compare")
 	o := compareOptions{}
 	fs.IntVar(&o.iterations, "iterations", 1000, "timed runs of each workload (fewer when -budget runs out)")
@@ -213,18 +224,11 @@ func runCompare(ctx context.Context, args []string) error {
 	fs.StringVar(&o.report, "report", "", "write the Markdown report (BENCHMARKS.md) here")
 	fs.StringVar(&o.chart, "chart", "", "write the PNG chart of p50 per workload and store here")
 	fs.BoolVar(&o.verbose, "v", false, "progress on stderr")
+	fs.StringVar(&o.sizeResult, "size-result", "", "internal: measure the one size of -sizes in this process and write its results here, as JSON (compare starts one such process per size)")
 	gcHeadroom := gcFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	// Before anything is loaded: fleetgraph's peak RSS is measured over
-	// its load, under the policy serve runs.
-	gc, gcHow, err := startGCPolicy(*gcHeadroom)
-	if err != nil {
-		return err
-	}
-	defer gc.Stop()
-	o.gcHeadroom = gcHeadroomKey(gc)
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n <= 0 || n%10000 != 0 {
@@ -232,16 +236,23 @@ func runCompare(ctx context.Context, args []string) error {
 		}
 		o.sizes = append(o.sizes, n)
 	}
-	// Ascending, so that each size's peak RSS is its own: the process's
-	// peak only grows (see fleetgraphPeer.size).
 	slices.Sort(o.sizes)
-	o.rss0, _, _ = procRSS(os.Getpid())
 	o.stores = map[string]bool{}
 	for _, s := range strings.Split(*stores, ",") {
 		if !slices.Contains(allStores, s) {
 			return fmt.Errorf("-stores: unknown store %q (known: %s)", s, strings.Join(allStores, ", "))
 		}
 		o.stores[s] = true
+	}
+	if o.sizeResult != "" {
+		if len(o.sizes) != 1 {
+			return fmt.Errorf("-size-result: measures one size, -sizes has %d", len(o.sizes))
+		}
+		return compareOneSize(ctx, o, *gcHeadroom)
+	}
+	// Checked here too, so that a bad flag fails before any size starts.
+	if err := gcPolicy(*gcHeadroom).Validate(); err != nil {
+		return fmt.Errorf("-gc-headroom: %w", err)
 	}
 	if o.workDir == "" {
 		dir, err := os.MkdirTemp("", "fleetbench-compare-")
@@ -256,14 +267,19 @@ func runCompare(ctx context.Context, args []string) error {
 	if err := errors.Join(os.MkdirAll(o.workDir, 0o755), os.Chmod(o.workDir, 0o755)); err != nil {
 		return err
 	}
-	rep := &report{args: args, started: time.Now(), loadStart: loadAverage(), gc: gcHow}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	rep := &report{args: args, started: time.Now(), loadStart: loadAverage()}
 	for _, n := range o.sizes {
-		res, err := compareSize(ctx, o, n)
+		res, err := compareInChild(ctx, exe, fs, o, n)
 		if err != nil {
 			return fmt.Errorf("size %d: %w", n, err)
 		}
 		rep.sizes = append(rep.sizes, res)
 	}
+	rep.gc = rep.sizes[0].GCPolicy // every size's process runs the same flags
 	rep.finished = time.Now()
 	if o.report != "" {
 		if err := rep.writeMarkdown(o.report, o.chart); err != nil {
@@ -278,48 +294,130 @@ func runCompare(ctx context.Context, args []string) error {
 	return nil
 }
 
+// compareInChild measures size n in a new process of exe (fleetbench, or
+// the test binary) with the flags fs was given, its output on fleetbench's
+// and killed with it (runChild), and returns what it measured.
+func compareInChild(ctx context.Context, exe string, fs *flag.FlagSet, o compareOptions, n int) (*sizeResult, error) {
+	resultPath := filepath.Join(o.workDir, fmt.Sprintf("size-%d.json", n))
+	args := []string{"compare", "-sizes", strconv.Itoa(n), "-dir", o.workDir, "-size-result", resultPath}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "sizes", "dir", "size-result", "report", "chart": // the parent's
+		default:
+			args = append(args, "-"+f.Name+"="+f.Value.String())
+		}
+	})
+	if o.verbose {
+		fmt.Fprintf(os.Stderr, "compare: size=%d: measuring in a process of its own: %s\n", n, strings.Join(args, " "))
+	}
+	if err := runChild(ctx, exe, args); err != nil {
+		return nil, fmt.Errorf("the size's process: %w (its error is above)", err)
+	}
+	b, err := os.ReadFile(resultPath)
+	if err != nil {
+		return nil, fmt.Errorf("the size's process wrote no results: %w", err)
+	}
+	var res sizeResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		return nil, fmt.Errorf("the size's results %s: %w", resultPath, err)
+	}
+	if res.Objects != n {
+		return nil, fmt.Errorf("the size's results %s are for %d objects", resultPath, res.Objects)
+	}
+	return &res, nil
+}
+
+// compareOneSize is the process that measures one size (-size-result): it
+// runs the GC policy fleetgraph serve runs, measures, and writes its
+// sizeResult for the parent.
+func compareOneSize(ctx context.Context, o compareOptions, gcHeadroom int) error {
+	// Before anything is loaded: fleetgraph's peak RSS is measured over
+	// its load, under the policy serve runs.
+	gc, gcHow, err := startGCPolicy(gcHeadroom)
+	if err != nil {
+		return fmt.Errorf("-gc-headroom: %w", err)
+	}
+	defer gc.Stop()
+	o.gcHeadroom, o.gcPolicy = gcHeadroomKey(gc), gcHow
+	if o.workDir == "" {
+		return errors.New("-size-result needs -dir")
+	}
+	res, err := compareSize(ctx, o, o.sizes[0])
+	if err != nil {
+		return fmt.Errorf("size %d: %w", o.sizes[0], err)
+	}
+	res.Process.PID = os.Getpid()
+	startedMu.Lock()
+	res.Process.Servers = slices.Clone(started)
+	startedMu.Unlock()
+	b, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(o.sizeResult, b, 0o644)
+}
+
 // allStores lists the stores in report order; fleetgraph first, as the
-// reference every answer is checked against.
+// reference every answer is checked against, and the first loaded: its
+// memory is the process's growth over its load, which another store's
+// load before it would add to.
 var allStores = []string{"fleetgraph", "fleetgraph_http", "postgres_typed", "postgres_jsonb", "sqlite", "redis"}
 
 // peerStores are the stores best_peer_ratio is taken over.
 var peerStores = []string{"postgres_typed", "postgres_jsonb", "sqlite", "redis"}
 
-// sizeResult is everything measured at one fleet size.
+// sizeResult is everything measured at one fleet size. Each size is
+// measured in a process of its own, which hands its sizeResult to the
+// parent as JSON: hence the exported fields.
 type sizeResult struct {
-	objects   int
-	workloads []string
-	latency   map[string]map[string]latency // workload -> store
-	rows      map[string]int                // result size of each workload
-	loadS     map[string]float64
-	bytes     map[string]float64 // per object
-	bytesHow  map[string]string
-	churn     map[string]churnResult
-	versions  map[string]string
-	schemas   map[string]string
-	descs     map[string]string
+	Objects   int
+	Workloads []string
+	Latency   map[string]map[string]latency // workload -> store
+	Rows      map[string]int                // result size of each workload
+	LoadS     map[string]float64
+	Bytes     map[string]float64 // per object
+	BytesHow  map[string]string
+	Churn     map[string]churnResult
+	Versions  map[string]string
+	Schemas   map[string]string
+	Descs     map[string]string
 	// fleetgraph's live heap per object after its load, and the GC policy
-	// it ran under (gc_headroom: a percent, or "off").
-	heap       float64
-	gcHeadroom string
+	// its process ran (gc_headroom: a percent, or "off"; and described).
+	Heap       float64
+	GCHeadroom string
+	GCPolicy   string
+	// Process is the process that measured this size.
+	Process sizeProcess
+}
+
+// sizeProcess describes the process that measured a size: its id, the
+// servers it started (for tests that check none is left), and the heap it
+// had allocated before fleetgraph's load and during it (cumulative
+// allocations, runtime/metrics /gc/heap/allocs:bytes): a process that
+// measured a smaller size first would have allocated more before the load
+// than that size's load alone (TestCompareSizesIsolated).
+type sizeProcess struct {
+	PID                        int
+	Servers                    []int
+	AllocBeforeLoad, LoadAlloc uint64
 }
 
 type latency struct {
-	p50, p99 time.Duration
-	n        int
+	P50, P99 time.Duration
+	N        int
 }
 
 type churnResult struct {
-	rate     float64 // updates applied per second
-	p50, p99 time.Duration
-	queries  int
-	// gcShare is the share of the process's CPU capacity (GOMAXPROCS x
+	Rate     float64 // updates applied per second
+	P50, P99 time.Duration
+	Queries  int
+	// GCShare is the share of the process's CPU capacity (GOMAXPROCS x
 	// the run's wall clock) the Go runtime estimates it spent collecting
-	// garbage, and gcCycles the collections. The process holds
+	// garbage, and GCCycles the collections. The process holds
 	// fleetgraph's index throughout, so they are fleetgraph's cost (and
 	// the harness's) on its run, and mean nothing on another store's.
-	gcShare  float64
-	gcCycles uint64
+	GCShare  float64
+	GCCycles uint64
 }
 
 // compareSize loads one fleet size into every store and measures it.
@@ -331,10 +429,10 @@ func compareSize(ctx context.Context, o compareOptions, n int) (*sizeResult, err
 		}
 	}
 	res := &sizeResult{
-		objects: n, latency: map[string]map[string]latency{}, rows: map[string]int{},
-		loadS: map[string]float64{}, bytes: map[string]float64{}, bytesHow: map[string]string{},
-		churn: map[string]churnResult{}, versions: map[string]string{}, schemas: map[string]string{},
-		descs: map[string]string{}, gcHeadroom: o.gcHeadroom,
+		Objects: n, Latency: map[string]map[string]latency{}, Rows: map[string]int{},
+		LoadS: map[string]float64{}, Bytes: map[string]float64{}, BytesHow: map[string]string{},
+		Churn: map[string]churnResult{}, Versions: map[string]string{}, Schemas: map[string]string{},
+		Descs: map[string]string{}, GCHeadroom: o.gcHeadroom, GCPolicy: o.gcPolicy,
 	}
 	// Q6 restrictions: a team viewer bound in 50 namespaces of 10
 	// clusters (q6a) and one bound in 200 namespaces of every cluster,
@@ -343,7 +441,7 @@ func compareSize(ctx context.Context, o compareOptions, n int) (*sizeResult, err
 	q6b := newScope("q6b", f, f.Clusters, 200)
 	wls := workloads(f, q6a, q6b)
 
-	ref := newFleetgraph(o.rss0, q6a, q6b)
+	ref := newFleetgraph(q6a, q6b)
 	var pg *pgServer
 	if o.stores["postgres_typed"] || o.stores["postgres_jsonb"] {
 		var err error
@@ -381,10 +479,10 @@ func compareSize(ctx context.Context, o compareOptions, n int) (*sizeResult, err
 		}
 		peers = append(peers, p)
 		if v, ok := p.(interface{ version() string }); ok {
-			res.versions[name] = v.version()
+			res.Versions[name] = v.version()
 		}
 		if s, ok := p.(interface{ schema() string }); ok {
-			res.schemas[name] = s.schema()
+			res.Schemas[name] = s.schema()
 		}
 		if name == "fleetgraph_http" {
 			continue // serves the in-process store: nothing to load
@@ -394,27 +492,28 @@ func compareSize(ctx context.Context, o compareOptions, n int) (*sizeResult, err
 		if err := p.load(ctx, f, o.batch); err != nil {
 			return nil, fmt.Errorf("%s: load: %w", name, err)
 		}
-		res.loadS[name] = time.Since(start).Seconds()
+		res.LoadS[name] = time.Since(start).Seconds()
 		b, how, err := p.size(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("%s: size: %w", name, err)
 		}
-		res.bytes[name], res.bytesHow[name] = float64(b)/float64(n), how
+		res.Bytes[name], res.BytesHow[name] = float64(b)/float64(n), how
 		if p == ref {
-			res.heap = float64(ref.heap) / float64(n)
+			res.Heap = float64(ref.heap) / float64(n)
+			res.Process.AllocBeforeLoad, res.Process.LoadAlloc = ref.allocBefore, ref.loadAlloc
 		}
-		logf("%s loaded in %.1fs, %.0f bytes/object (%s)", name, res.loadS[name], res.bytes[name], how)
+		logf("%s loaded in %.1fs, %.0f bytes/object (%s)", name, res.LoadS[name], res.Bytes[name], how)
 	}
 
 	for _, w := range wls {
-		res.workloads = append(res.workloads, w.name)
-		res.descs[w.name] = w.desc
-		res.latency[w.name] = map[string]latency{}
+		res.Workloads = append(res.Workloads, w.name)
+		res.Descs[w.name] = w.desc
+		res.Latency[w.name] = map[string]latency{}
 		rows, err := w.run(ctx, ref, 0)
 		if err != nil {
 			return nil, fmt.Errorf("fleetgraph %s: %w", w.name, err)
 		}
-		res.rows[w.name] = rows
+		res.Rows[w.name] = rows
 		for _, p := range peers {
 			// Every store's answers to the first requests must be
 			// fleetgraph's before any is timed.
@@ -427,8 +526,8 @@ func compareSize(ctx context.Context, o compareOptions, n int) (*sizeResult, err
 			if err != nil {
 				return nil, fmt.Errorf("%s %s: %w", p.name(), w.name, err)
 			}
-			res.latency[w.name][p.name()] = l
-			logf("%s %s: p50 %v p99 %v over %d runs", w.name, p.name(), l.p50, l.p99, l.n)
+			res.Latency[w.name][p.name()] = l
+			logf("%s %s: p50 %v p99 %v over %d runs", w.name, p.name(), l.P50, l.P99, l.N)
 		}
 		printWorkload(res, w.name)
 	}
@@ -444,8 +543,8 @@ func compareSize(ctx context.Context, o compareOptions, n int) (*sizeResult, err
 			if err != nil {
 				return nil, fmt.Errorf("%s churn: %w", p.name(), err)
 			}
-			res.churn[p.name()] = c
-			logf("churn %s: %.0f updates/s, q3 p50 %v p99 %v over %d queries; process GC %.1f%% of its CPU capacity, %d cycles", p.name(), c.rate, c.p50, c.p99, c.queries, 100*c.gcShare, c.gcCycles)
+			res.Churn[p.name()] = c
+			logf("churn %s: %.0f updates/s, q3 p50 %v p99 %v over %d queries; process GC %.1f%% of its CPU capacity, %d cycles", p.name(), c.Rate, c.P50, c.P99, c.Queries, 100*c.GCShare, c.GCCycles)
 		}
 	}
 	printSize(res, o.churnRate)
@@ -598,7 +697,7 @@ func timeWorkload(ctx context.Context, w workload, p peer, iterations int, budge
 		}
 	}
 	slices.Sort(ds)
-	return latency{p50: ds[len(ds)/2], p99: ds[len(ds)*99/100], n: len(ds)}, nil
+	return latency{P50: ds[len(ds)/2], P99: ds[len(ds)*99/100], N: len(ds)}, nil
 }
 
 // minRuns is the fewest timed runs of a workload; with so few, p99 is the
@@ -670,8 +769,8 @@ func churnRun(ctx context.Context, p peer, q3 workload, updates []index.Object, 
 	}
 	slices.Sort(ds)
 	return churnResult{
-		rate: float64(n) / elapsed.Seconds(), p50: ds[len(ds)/2], p99: ds[len(ds)*99/100], queries: len(ds),
-		gcShare: gc.share(), gcCycles: gc.cycles,
+		Rate: float64(n) / elapsed.Seconds(), P50: ds[len(ds)/2], P99: ds[len(ds)*99/100], Queries: len(ds),
+		GCShare: gc.share(), GCCycles: gc.cycles,
 	}, nil
 }
 
@@ -683,7 +782,7 @@ func bestPeer(res *sizeResult, w string) (string, latency, bool) {
 	best, found := "", false
 	var bl latency
 	for _, s := range peerStores {
-		if l, ok := res.latency[w][s]; ok && (!found || l.p50 < bl.p50) {
+		if l, ok := res.Latency[w][s]; ok && (!found || l.P50 < bl.P50) {
 			best, bl, found = s, l, true
 		}
 	}
@@ -692,18 +791,18 @@ func bestPeer(res *sizeResult, w string) (string, latency, bool) {
 
 // printWorkload prints the compare line of one workload.
 func printWorkload(res *sizeResult, w string) {
-	lat := res.latency[w]
+	lat := res.Latency[w]
 	var b strings.Builder
-	fmt.Fprintf(&b, "compare: size=%d workload=%s rows=%d", res.objects, w, res.rows[w])
+	fmt.Fprintf(&b, "compare: size=%d workload=%s rows=%d", res.Objects, w, res.Rows[w])
 	fg := lat["fleetgraph"]
-	fmt.Fprintf(&b, " fleetgraph_p50_us=%s fleetgraph_p99_us=%s", us(fg.p50), us(fg.p99))
+	fmt.Fprintf(&b, " fleetgraph_p50_us=%s fleetgraph_p99_us=%s", us(fg.P50), us(fg.P99))
 	for _, s := range allStores[1:] {
 		if l, ok := lat[s]; ok {
-			fmt.Fprintf(&b, " %s_p50_us=%s", s, us(l.p50))
+			fmt.Fprintf(&b, " %s_p50_us=%s", s, us(l.P50))
 		}
 	}
 	if best, bl, ok := bestPeer(res, w); ok {
-		fmt.Fprintf(&b, " best_peer=%s best_peer_ratio=%.1f", best, float64(bl.p50)/float64(fg.p50))
+		fmt.Fprintf(&b, " best_peer=%s best_peer_ratio=%.1f", best, float64(bl.P50)/float64(fg.P50))
 	}
 	fmt.Println(b.String())
 }
@@ -711,44 +810,44 @@ func printWorkload(res *sizeResult, w string) {
 // printSize prints the load, size and churn line of one fleet size.
 func printSize(res *sizeResult, churnRate int) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "compare: size=%d load_s", res.objects)
+	fmt.Fprintf(&b, "compare: size=%d load_s", res.Objects)
 	for _, s := range allStores {
-		if v, ok := res.loadS[s]; ok {
+		if v, ok := res.LoadS[s]; ok {
 			fmt.Fprintf(&b, " %s=%.1f", s, v)
 		}
 	}
 	b.WriteString(" bytes_per_object")
 	for _, s := range allStores {
-		if v, ok := res.bytes[s]; ok {
+		if v, ok := res.Bytes[s]; ok {
 			fmt.Fprintf(&b, " %s=%.0f", s, v)
 		}
 	}
-	fmt.Fprintf(&b, " fleetgraph_heap_bytes_per_object=%.0f gc_headroom=%s", res.heap, res.gcHeadroom)
+	fmt.Fprintf(&b, " fleetgraph_heap_bytes_per_object=%.0f gc_headroom=%s", res.Heap, res.GCHeadroom)
 	fmt.Println(b.String())
-	if len(res.churn) == 0 {
+	if len(res.Churn) == 0 {
 		return
 	}
 	b.Reset()
-	fmt.Fprintf(&b, "compare: size=%d churn_target_per_s=%d updates_per_s", res.objects, churnRate)
+	fmt.Fprintf(&b, "compare: size=%d churn_target_per_s=%d updates_per_s", res.Objects, churnRate)
 	for _, s := range allStores {
-		if c, ok := res.churn[s]; ok {
-			fmt.Fprintf(&b, " %s=%.0f", s, c.rate)
+		if c, ok := res.Churn[s]; ok {
+			fmt.Fprintf(&b, " %s=%.0f", s, c.Rate)
 		}
 	}
 	b.WriteString(" q3_p50_us")
 	for _, s := range allStores {
-		if c, ok := res.churn[s]; ok {
-			fmt.Fprintf(&b, " %s=%s", s, us(c.p50))
+		if c, ok := res.Churn[s]; ok {
+			fmt.Fprintf(&b, " %s=%s", s, us(c.P50))
 		}
 	}
 	b.WriteString(" q3_p99_us")
 	for _, s := range allStores {
-		if c, ok := res.churn[s]; ok {
-			fmt.Fprintf(&b, " %s=%s", s, us(c.p99))
+		if c, ok := res.Churn[s]; ok {
+			fmt.Fprintf(&b, " %s=%s", s, us(c.P99))
 		}
 	}
-	if c, ok := res.churn["fleetgraph"]; ok {
-		fmt.Fprintf(&b, " fleetgraph_gc_cpu_pct=%.1f fleetgraph_gc_cycles=%d", 100*c.gcShare, c.gcCycles)
+	if c, ok := res.Churn["fleetgraph"]; ok {
+		fmt.Fprintf(&b, " fleetgraph_gc_cpu_pct=%.1f fleetgraph_gc_cycles=%d", 100*c.GCShare, c.GCCycles)
 	}
 	fmt.Println(b.String())
 }

@@ -2,10 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -51,7 +52,7 @@ func TestCompareSmall(t *testing.T) {
 	if !strings.HasSuffix(string(md), "\n"+kept) || strings.Contains(string(md), "# old figures") {
 		t.Errorf("the report does not end with the kept sections, or kept the old figures:\n%s", md)
 	}
-	for _, want := range []string{"## 10000 objects", "| Q6b |", "### postgres_jsonb", "### redis", "| sqlite |", "Garbage-collection policy of the fleetbench process"} {
+	for _, want := range []string{"## 10000 objects", "| Q6b |", "### postgres_jsonb", "### redis", "| sqlite |", "Garbage-collection policy of each size's fleetbench process"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q", want)
 		}
@@ -59,9 +60,8 @@ func TestCompareSmall(t *testing.T) {
 	if st, err := os.Stat(chart); err != nil || st.Size() < 1000 {
 		t.Errorf("chart: %v", err)
 	}
-	startedMu.Lock()
-	pids := slices.Clone(started)
-	startedMu.Unlock()
+	// The servers were started by the size's process, which says which.
+	pids := sizeResults(t, filepath.Join(dir, "data"), 10000)[0].Process.Servers
 	if len(pids) < 2 {
 		t.Errorf("started %d servers, want PostgreSQL and Redis", len(pids))
 	}
@@ -75,6 +75,58 @@ func TestCompareSmall(t *testing.T) {
 	if left := processesUnder(t, dir); len(left) > 0 {
 		t.Errorf("processes left running: %s", strings.Join(left, "; "))
 	}
+}
+
+// TestCompareSizesIsolated: each size is measured in a process of its
+// own, so fleetgraph's memory at the larger size counts nothing the
+// smaller size's run left. The check is on what the process had allocated
+// before fleetgraph's load (cumulative, so deterministic where RSS is
+// not): in a process that ran the smaller size first it would be more than
+// that size's load alone allocated; in a fresh one it is the harness's
+// setup, a fraction of it.
+func TestCompareSizesIsolated(t *testing.T) {
+	dir := t.TempDir()
+	err := runCompare(context.Background(), []string{
+		"-sizes", "20000,10000", "-stores", "fleetgraph", "-iterations", "5", "-budget", "10ms", "-churn-rate", "0",
+		"-dir", dir,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := sizeResults(t, dir, 10000, 20000)
+	small, large := rs[0].Process, rs[1].Process
+	if small.PID == os.Getpid() || large.PID == os.Getpid() || small.PID == large.PID {
+		t.Errorf("sizes measured in processes %d and %d, the test is %d: want one new process each", small.PID, large.PID, os.Getpid())
+	}
+	if small.LoadAlloc == 0 || large.AllocBeforeLoad >= small.LoadAlloc {
+		t.Errorf("the 20,000-object process had allocated %d MiB before fleetgraph's load, the 10,000-object load alone %d MiB: the larger size counts the smaller one's run",
+			large.AllocBeforeLoad>>20, small.LoadAlloc>>20)
+	}
+	t.Logf("allocated before fleetgraph's load: %d and %d MiB; by the 10,000-object load: %d MiB", small.AllocBeforeLoad>>20, large.AllocBeforeLoad>>20, small.LoadAlloc>>20)
+	for _, r := range rs {
+		if b := r.Bytes["fleetgraph"]; b <= 0 || !strings.Contains(r.BytesHow["fleetgraph"], "right before it") {
+			t.Errorf("size %d: fleetgraph %.0f bytes per object (%s)", r.Objects, b, r.BytesHow["fleetgraph"])
+		}
+	}
+}
+
+// sizeResults reads the results the processes of compare's sizes wrote in
+// dir (compare's -dir).
+func sizeResults(t *testing.T, dir string, sizes ...int) []sizeResult {
+	t.Helper()
+	var out []sizeResult
+	for _, n := range sizes {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("size-%d.json", n)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r sizeResult
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // processesUnder lists the command lines of processes that name dir.

@@ -27,10 +27,12 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// TestMain lets the test binary be the fleet benchmark's load generator:
-// fleetOnce starts its own executable with fleet-server.
+// TestMain lets the test binary be the fleet benchmark's load generator
+// (fleetOnce starts its own executable with fleet-server) and compare's
+// process per size (compare starts its own executable with compare
+// -size-result).
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == "fleet-server" {
+	if len(os.Args) > 1 && (os.Args[1] == "fleet-server" || os.Args[1] == "compare") {
 		main()
 		return
 	}

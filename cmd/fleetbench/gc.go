@@ -16,14 +16,19 @@ func gcFlag(fs *flag.FlagSet) *int {
 	return fs.Int("gc-headroom", gcpolicy.DefaultHeadroom, "run the garbage-collection policy fleetgraph serve runs by default (internal/gcpolicy) with this headroom, in percent of the live heap; 0 for the Go default (GOGC 100), as does a non-empty GOGC in the environment")
 }
 
+// gcPolicy is serve's default policy with -gc-headroom's headroom.
+func gcPolicy(headroom int) gcpolicy.Policy {
+	p := gcpolicy.Default()
+	p.Headroom = headroom
+	return p
+}
+
 // startGCPolicy starts the policy fleetgraph serve starts, with the same
 // code, so that what fleetbench measures of fleetgraph's memory and GC is
 // what serve holds. It returns the Tuner to stop and a description of the
 // policy in force for the report.
 func startGCPolicy(headroom int) (*gcpolicy.Tuner, string, error) {
-	p := gcpolicy.Default()
-	p.Headroom = headroom
-	t, err := gcpolicy.Start(p, slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	t, err := gcpolicy.Start(gcPolicy(headroom), slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	if err != nil {
 		return nil, "", err
 	}
@@ -65,6 +70,17 @@ func readGCStats() gcStats {
 		g.cycles = s[2].Value.Uint64()
 	}
 	return g
+}
+
+// heapAllocs returns the bytes the process has allocated on the heap so
+// far (cumulative, freed or not).
+func heapAllocs() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
 }
 
 // since returns the figures of the interval since g0.

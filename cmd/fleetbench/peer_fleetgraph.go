@@ -32,18 +32,19 @@ type fleetgraphPeer struct {
 	// scopes get RoleBindings after the load (and its measurement), for
 	// the viewers of fleetgraph_http.
 	scopes []*scope
-	// rss0 is the process's RSS before any store was loaded; rssAfter
-	// and peakAfter its RSS and peak RSS right after the load; heap the
-	// live heap the load added.
+	// rss0 is the process's RSS right before the load; rssAfter and
+	// peakAfter its RSS and peak RSS right after it; heap the live heap
+	// the load added. allocBefore is what the process had allocated on
+	// the heap before the load, loadAlloc what the load allocated.
 	rss0, rssAfter, peakAfter int64
 	heap                      int64
+	allocBefore, loadAlloc    uint64
 	objects                   int
 }
 
-// newFleetgraph returns an empty store; rss0 is the process's RSS before
-// any store was loaded (see size).
-func newFleetgraph(rss0 int64, scopes ...*scope) *fleetgraphPeer {
-	return &fleetgraphPeer{s: index.New(memtables.Open), admin: &index.Access{All: true}, scopes: scopes, rss0: rss0}
+// newFleetgraph returns an empty store.
+func newFleetgraph(scopes ...*scope) *fleetgraphPeer {
+	return &fleetgraphPeer{s: index.New(memtables.Open), admin: &index.Access{All: true}, scopes: scopes}
 }
 
 func (p *fleetgraphPeer) name() string { return "fleetgraph" }
@@ -59,11 +60,23 @@ func (p *fleetgraphPeer) schema() string {
 // load syncs the fleet the way the collector's first sync does: per
 // cluster, one Replace per kind (which also records the cluster's kinds,
 // as discovery would, for authz).
+//
+// Its memory is measured from the process's RSS right before the load, with
+// the peak (VmHWM) reset to it, to the peak over the load: what the load
+// grew the process by, garbage collector's headroom included (see size).
 func (p *fleetgraphPeer) load(ctx context.Context, f indextest.Fleet, _ int) error {
 	heapBefore := measure.LiveHeap()
+	p.allocBefore = heapAllocs()
+	if err := resetPeakRSS(); err != nil {
+		return err
+	}
+	var err error
+	if p.rss0, _, err = procRSS(os.Getpid()); err != nil {
+		return err
+	}
 	perCluster := f.Namespaces * f.PerNamespace
 	byKind := make([][]index.Object, len(indextest.Kinds))
-	err := f.Each(perCluster, func(rows []index.Object) error {
+	err = f.Each(perCluster, func(rows []index.Object) error {
 		cluster := rows[0].Cluster
 		for k := range byKind {
 			byKind[k] = byKind[k][:0]
@@ -83,7 +96,10 @@ func (p *fleetgraphPeer) load(ctx context.Context, f indextest.Fleet, _ int) err
 		return err
 	}
 	clear(byKind)
-	p.rssAfter, p.peakAfter, _ = procRSS(os.Getpid())
+	p.loadAlloc = heapAllocs() - p.allocBefore
+	if p.rssAfter, p.peakAfter, err = procRSS(os.Getpid()); err != nil {
+		return err
+	}
 	p.objects = f.Size()
 	p.heap = measure.LiveHeap() - heapBefore
 	return loadPolicy(ctx, p.s, f, p.scopes)
@@ -94,19 +110,20 @@ func kindIndex(kind string) int {
 	return slices.IndexFunc(indextest.Kinds, func(k index.Kind) bool { return k.Kind == kind })
 }
 
-// size is the process's peak RSS after the load less its RSS before any
-// store was loaded: the heap with the garbage collector's headroom, as a
-// server holds it (the generator's garbage included). The peak is the
-// whole process's, so sizes run in ascending order and a smaller size run
-// before adds nothing. The RSS right after the load and the live heap are
-// reported beside it: the heap grows beyond the live heap by the garbage
-// collector's headroom (GOGC 100: up to twice the live heap; the policy
-// fleetgraph serve runs, which fleetbench runs too: max(16 MiB, 50%)), and
-// the runtime keeps what it grew to (see BENCHMARKS.md's memory paragraph).
+// size is the process's peak RSS over the load less its RSS right before
+// it: the heap with the garbage collector's headroom, as a server holds it
+// (the generator's garbage included). compare measures each size in a
+// process of its own and loads fleetgraph there before any other store, so
+// nothing but the load itself is in that growth. The RSS right after the
+// load and the live heap are reported beside it: the heap grows beyond the
+// live heap by the garbage collector's headroom (GOGC 100: up to twice the
+// live heap; the policy fleetgraph serve runs, which fleetbench runs too:
+// max(16 MiB, 50%)), and the runtime keeps what it grew to (see
+// BENCHMARKS.md's memory paragraph).
 func (p *fleetgraphPeer) size(context.Context) (int64, string, error) {
 	n := max(p.objects, 1)
-	return p.peakAfter - p.rss0, fmt.Sprintf("peak RSS (VmHWM) after the load less the process's RSS before any load; RSS (VmRSS) right after the load: %d B/object; live heap after it: %d B/object (%d MiB)",
-		(p.rssAfter-p.rss0)/int64(n), p.heap/int64(n), p.heap>>20), nil
+	return p.peakAfter - p.rss0, fmt.Sprintf("peak RSS (VmHWM, reset before the load) over the load less the RSS right before it (%d MiB), in a process that has loaded no other store; RSS (VmRSS) right after the load: %d B/object; live heap after it: %d B/object (%d MiB)",
+		p.rss0>>20, (p.rssAfter-p.rss0)/int64(n), p.heap/int64(n), p.heap>>20), nil
 }
 
 func (p *fleetgraphPeer) get(_ context.Context, k index.Key) (string, error) {

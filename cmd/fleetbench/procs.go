@@ -167,3 +167,13 @@ func procRSS(pid int) (rss, peak int64, err error) {
 	}
 	return rss, peak, nil
 }
+
+// resetPeakRSS resets the process's peak RSS (VmHWM) to its current RSS
+// (Linux's /proc/self/clear_refs, "5"), so that a peak read later is the
+// peak since now.
+func resetPeakRSS() error {
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		return fmt.Errorf("resetting the peak RSS: %w", err)
+	}
+	return nil
+}

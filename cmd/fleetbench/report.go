@@ -83,12 +83,12 @@ func (r *report) writeMarkdown(path, chart string) error {
 		strings.Join(r.args, " "), r.started.UTC().Format(time.RFC3339), r.finished.UTC().Format("15:04:05 MST"))
 	w("- Machine: %s.\n", machine())
 	w("- Load average (1, 5, 15 min) at the start: %s; at the end: %s. Figures from a loaded machine are not comparable run to run.\n", r.loadStart, loadAverage())
-	w("- Garbage-collection policy of the fleetbench process, so of fleetgraph in process: %s.\n", r.gc)
+	w("- Garbage-collection policy of each size's fleetbench process, so of fleetgraph in process: %s.\n", r.gc)
 	if len(r.sizes) > 0 {
 		w("- Versions:\n")
 		last := r.sizes[len(r.sizes)-1]
 		for _, s := range allStores {
-			if v, ok := last.versions[s]; ok {
+			if v, ok := last.Versions[s]; ok {
 				w("  - %s: %s\n", s, v)
 			}
 		}
@@ -125,18 +125,21 @@ user of the same list, would see. The peers build every row of every answer (the
 pages of storage, not answers). Under churn a changed row gets a new Object. Q1 and Q2 look up
 4,096 random keys, so their rows are mostly built afresh.
 
-Memory per object is measured differently per store (each says how below): fleetgraph and
-Redis as growth of the process's RSS, PostgreSQL as relation plus index size (what it stores;
-its server's shared buffers are not counted), SQLite as file size. fleetgraph's figure is its
-peak RSS (VmHWM) over the load less its RSS before: the live heap the index holds, reported
-beside it, plus the garbage collector's headroom. With GOGC at 100 (the Go default) the heap may
+Memory per object is measured differently per store (each says how below), and each size is
+measured in a fleetbench process of its own (compare starts its own executable once per size and
+merges what each measured), so that no store's figure counts what a smaller size's run left:
+fleetgraph and Redis as growth of a process's RSS over the load, PostgreSQL as relation plus index
+size (what it stores; its server's shared buffers are not counted), SQLite as file size.
+fleetgraph runs in the fleetbench process and is the first store loaded there: its figure is the
+process's peak RSS (VmHWM, reset right before the load) over the load less its RSS right before
+it, so it holds nothing but the load: the live heap the index holds, reported beside it, plus the
+garbage collector's headroom. With GOGC at 100 (the Go default) the heap may
 grow to twice the live heap before a collection, and the runtime keeps the pages it grew to.
 ` + "`fleetgraph serve`" + ` bounds that headroom by default (internal/gcpolicy, ` + "`--gc-headroom`" + `,
 docs/operations.md): after each collection it sets GOGC so that the heap may grow by max(16 MiB,
 50%% of the live heap), never more than GOGC 100, and fleetbench runs the same code in its
 own process (the policy line above says whether this run did; ` + "`-gc-headroom 0`" + ` measures the Go
-default), so the peak here is what serve holds after the same load (plus what a smaller size's
-run left, see below). It costs collections: under
+default), so the peak here is what serve holds after the same load. It costs collections: under
 churn about twice as many as GOGC 100 for the same allocation, each marking the whole live
 heap; the churn table's last column gives fleetgraph's. The RSS right after the load (also
 reported) is at most the peak. ` + "`fleetgraph serve`" + ` also sets GOMEMLIMIT to 90%% of its container's
@@ -145,12 +148,14 @@ first. Without the policy, bench-scale's 10M objects held 6.95 GiB of RSS in an 
 1.65x the live heap (session 8), and an earlier build 11.62 GiB without a limit, 2.6x its live
 heap (growing the per-row arrays copies them, and the runtime keeps some freed pages). The live
 heap is the store's own size, the figure that compares with PostgreSQL's relation size.
-The peak is measured from the process's RSS before any store was loaded, and every size runs in
-one process after the smaller ones: what the smaller size's stores left in the process's RSS
-(the in-process SQLite's memory, the other clients' buffers) counts as fleetgraph's at the
-larger size. That overstates it: at 1M, session 9 measured 659 B/object after a 100k run of
-fleetgraph alone, 717 after one with SQLite too, and 797 after the full 100k run (one run each,
-same build, policy at 50%%).
+The other stores' figures do not count the fleetbench process at all: Redis's is the growth of
+redis-server's own RSS over its load (a server started for each size), PostgreSQL's and SQLite's
+are what they store. The Go clients (pgx, go-redis) and SQLite itself (modernc.org/sqlite, pure
+Go, in process: its page cache and its C allocator's memory) live in the fleetbench process, and
+are created and loaded after fleetgraph's figure is taken. Until session 10, every size ran in
+one process after the smaller ones, and fleetgraph's peak was measured from the RSS before any
+load: what the 100k run's stores left counted as fleetgraph's at 1M (797 B/object in session 9's
+run, against 636-654 in a process that loaded only 1M, same build, policy at 50%%).
 
 `)
 	if chart != "" {
@@ -161,25 +166,25 @@ same build, policy at 50%%).
 		w("![p50 per workload and store](%s)\n\n", filepath.ToSlash(rel))
 	}
 	for _, s := range r.sizes {
-		w("## %d objects\n\n", s.objects)
+		w("## %d objects\n\n", s.Objects)
 		w("| workload | rows | fleetgraph p50 / p99 µs | fleetgraph_http p50 µs |")
 		for _, st := range peerStores {
 			w(" %s p50 µs |", st)
 		}
 		w(" best peer ratio |\n|---|---|---|---|---|---|---|---|---|\n")
-		for _, wl := range s.workloads {
-			lat := s.latency[wl]
+		for _, wl := range s.Workloads {
+			lat := s.Latency[wl]
 			fg := lat["fleetgraph"]
-			w("| %s | %d | %s / %s (n=%d) |", wl, s.rows[wl], us(fg.p50), us(fg.p99), fg.n)
+			w("| %s | %d | %s / %s (n=%d) |", wl, s.Rows[wl], us(fg.P50), us(fg.P99), fg.N)
 			for _, st := range allStores[1:] {
 				if l, ok := lat[st]; ok {
-					w(" %s (p99 %s, n=%d) |", us(l.p50), us(l.p99), l.n)
+					w(" %s (p99 %s, n=%d) |", us(l.P50), us(l.P99), l.N)
 				} else {
 					w(" - |")
 				}
 			}
 			if best, bl, ok := bestPeer(s, wl); ok {
-				w(" %.1f (%s) |", float64(bl.p50)/float64(fg.p50), best)
+				w(" %.1f (%s) |", float64(bl.P50)/float64(fg.P50), best)
 			} else {
 				w(" - |")
 			}
@@ -187,35 +192,35 @@ same build, policy at 50%%).
 		}
 		w("\n| store | load s | bytes per object | how |\n|---|---|---|---|\n")
 		for _, st := range allStores {
-			if v, ok := s.loadS[st]; ok {
-				w("| %s | %.1f | %.0f | %s |\n", st, v, s.bytes[st], s.bytesHow[st])
+			if v, ok := s.LoadS[st]; ok {
+				w("| %s | %.1f | %.0f | %s |\n", st, v, s.Bytes[st], s.BytesHow[st])
 			}
 		}
-		if len(s.churn) > 0 {
+		if len(s.Churn) > 0 {
 			w("\nChurn: updates (each a real change of status, message or labels) applied in batches every 10 ms while Q3 runs back to back:\n\n")
 			w("| store | updates/s reached | Q3 p50 µs | Q3 p99 µs | queries | fleetbench's GC: share of CPU capacity, cycles |\n|---|---|---|---|---|---|\n")
 			for _, st := range allStores {
-				if c, ok := s.churn[st]; ok {
+				if c, ok := s.Churn[st]; ok {
 					gc := "–" // the process holds fleetgraph's index during every store's run
 					if st == "fleetgraph" {
-						gc = fmt.Sprintf("%.1f%%, %d", 100*c.gcShare, c.gcCycles)
+						gc = fmt.Sprintf("%.1f%%, %d", 100*c.GCShare, c.GCCycles)
 					}
-					w("| %s | %.0f | %s | %s | %d | %s |\n", st, c.rate, us(c.p50), us(c.p99), c.queries, gc)
+					w("| %s | %.0f | %s | %s | %d | %s |\n", st, c.Rate, us(c.P50), us(c.P99), c.Queries, gc)
 				}
 			}
-			w("\nThe last column is the Go runtime's estimate (runtime/metrics /cpu/classes/gc/total over GOMAXPROCS x wall clock) for the whole fleetbench process, so it is given on fleetgraph's row only: it counts fleetgraph's collections and the harness's own allocations (the update batches, the query driver). The process holds fleetgraph's index during the other stores' runs too, so a figure there would be fleetgraph's heap, not their clients'.\n")
+			w("\nThe last column is the Go runtime's estimate (runtime/metrics /cpu/classes/gc/total over GOMAXPROCS x wall clock) for the whole fleetbench process of that size, so it is given on fleetgraph's row only: it counts fleetgraph's collections and the harness's own allocations (the update batches, the query driver). The process holds fleetgraph's index during the other stores' runs too, so a figure there would be fleetgraph's heap, not their clients'.\n")
 		}
 		w("\n")
 	}
 	w("## Workloads\n\n")
 	if len(r.sizes) > 0 {
 		last := r.sizes[len(r.sizes)-1]
-		for _, wl := range last.workloads {
-			w("- **%s**: %s\n", wl, last.descs[wl])
+		for _, wl := range last.Workloads {
+			w("- **%s**: %s\n", wl, last.Descs[wl])
 		}
 		w("\n## Schemas and queries\n\n")
 		for _, st := range allStores {
-			if sc, ok := last.schemas[st]; ok {
+			if sc, ok := last.Schemas[st]; ok {
 				w("### %s\n\n```\n%s\n```\n\n", st, strings.TrimSpace(sc))
 			}
 		}
@@ -232,15 +237,15 @@ func (r *report) writeChart(path string) error {
 	}
 	s := r.sizes[len(r.sizes)-1]
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("p50 latency per workload, %d objects (lower is better)", s.objects)
+	p.Title.Text = fmt.Sprintf("p50 latency per workload, %d objects (lower is better)", s.Objects)
 	p.Y.Label.Text = "p50 (µs, log scale)"
 	p.Y.Tick.Marker = log10Ticks{}
 	p.Legend.Top = true
 	p.Legend.Left = true
 	var stores []string
 	for _, st := range allStores {
-		for _, wl := range s.workloads {
-			if _, ok := s.latency[wl][st]; ok {
+		for _, wl := range s.Workloads {
+			if _, ok := s.Latency[wl][st]; ok {
 				stores = append(stores, st)
 				break
 			}
@@ -256,11 +261,11 @@ func (r *report) writeChart(path string) error {
 		color.RGBA{0xe6, 0xab, 0x02, 0xff},
 	}
 	for i, st := range stores {
-		vals := make(plotter.Values, len(s.workloads))
-		for j, wl := range s.workloads {
-			if l, ok := s.latency[wl][st]; ok {
+		vals := make(plotter.Values, len(s.Workloads))
+		for j, wl := range s.Workloads {
+			if l, ok := s.Latency[wl][st]; ok {
 				// log10 of microseconds, floored at 0.1 µs so bars stay visible.
-				vals[j] = math.Log10(max(float64(l.p50.Nanoseconds())/1e3, 0.1)) + 1
+				vals[j] = math.Log10(max(float64(l.P50.Nanoseconds())/1e3, 0.1)) + 1
 			}
 		}
 		bars, err := plotter.NewBarChart(vals, width)
@@ -273,7 +278,7 @@ func (r *report) writeChart(path string) error {
 		p.Add(bars)
 		p.Legend.Add(st, bars)
 	}
-	p.NominalX(s.workloads...)
+	p.NominalX(s.Workloads...)
 	p.Y.Min = 0
 	p.Y.Max += 1.2 // room for the legend above the bars
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
