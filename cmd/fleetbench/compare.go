@@ -310,19 +310,31 @@ func compareInChild(ctx context.Context, exe string, fs *flag.FlagSet, o compare
 	if o.verbose {
 		fmt.Fprintf(os.Stderr, "compare: size=%d: measuring in a process of its own: %s\n", n, strings.Join(args, " "))
 	}
+	if err := os.Remove(resultPath); err != nil && !errors.Is(err, os.ErrNotExist) { // an earlier run's, with the same -dir
+		return nil, err
+	}
 	if err := runChild(ctx, exe, args); err != nil {
 		return nil, fmt.Errorf("the size's process: %w (its error is above)", err)
 	}
-	b, err := os.ReadFile(resultPath)
+	res, err := readSizeResult(resultPath)
+	if err != nil {
+		return nil, err
+	}
+	if res.Objects != n {
+		return nil, fmt.Errorf("the size's results %s are for %d objects", resultPath, res.Objects)
+	}
+	return res, nil
+}
+
+// readSizeResult reads the results a size's process wrote.
+func readSizeResult(path string) (*sizeResult, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("the size's process wrote no results: %w", err)
 	}
 	var res sizeResult
 	if err := json.Unmarshal(b, &res); err != nil {
-		return nil, fmt.Errorf("the size's results %s: %w", resultPath, err)
-	}
-	if res.Objects != n {
-		return nil, fmt.Errorf("the size's results %s are for %d objects", resultPath, res.Objects)
+		return nil, fmt.Errorf("the size's results %s: %w", path, err)
 	}
 	return &res, nil
 }

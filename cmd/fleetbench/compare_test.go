@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -112,16 +111,12 @@ func TestCompareSizesIsolated(t *testing.T) {
 
 // sizeResults reads the results the processes of compare's sizes wrote in
 // dir (compare's -dir).
-func sizeResults(t *testing.T, dir string, sizes ...int) []sizeResult {
+func sizeResults(t *testing.T, dir string, sizes ...int) []*sizeResult {
 	t.Helper()
-	var out []sizeResult
+	var out []*sizeResult
 	for _, n := range sizes {
-		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("size-%d.json", n)))
+		r, err := readSizeResult(filepath.Join(dir, fmt.Sprintf("size-%d.json", n)))
 		if err != nil {
-			t.Fatal(err)
-		}
-		var r sizeResult
-		if err := json.Unmarshal(b, &r); err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, r)
