@@ -261,8 +261,9 @@ bench-replication:
 	cd cmd/fleetbench && $(GO) run . replication
 
 ## bench-compare: fleetgraph beside PostgreSQL (typed columns and JSONB), SQLite and Redis
-## at 100k and 1M objects; writes BENCHMARKS.md and docs/bench-compare.png. The servers are
-## started and stopped by fleetbench itself (temporary directories, loopback ports).
+## at 100k and 1M objects, each size in a fleetbench process of its own; writes BENCHMARKS.md and
+## docs/bench-compare.png. The servers are started and stopped by fleetbench itself (temporary
+## directories, loopback ports).
 bench-compare: bench-servers
 	cd cmd/fleetbench && $(GO) run . compare -v -report ../../BENCHMARKS.md -chart ../../docs/bench-compare.png
 
