@@ -344,7 +344,7 @@ func TestEdgeChurnDoesNotGrowDictionaries(t *testing.T) {
 	for i := range 5 {
 		bRows = append(bRows, index.Object{
 			Cluster: "edge-b", Namespace: "steady", Version: "v1", Kind: "Pod", Resource: "pods", Name: fmt.Sprintf("b-%d", i),
-			Status: index.StatusHealthy, Labels: map[string]string{"team": "b", "idx": fmt.Sprint(i)}, ResourceVersion: "1",
+			Status: index.StatusHealthy, Labels: index.LabelsOf(map[string]string{"team": "b", "idx": fmt.Sprint(i)}), ResourceVersion: "1",
 		})
 	}
 	if m := b.snapshot(kinds, bRows); m.Type != edge.TypeAck {
@@ -361,7 +361,7 @@ func TestEdgeChurnDoesNotGrowDictionaries(t *testing.T) {
 			rows[i] = index.Object{
 				Cluster: "edge-a", Namespace: fmt.Sprintf("ns-%d", r/2), Version: "v1", Kind: "Pod", Resource: "pods",
 				Name: fmt.Sprintf("p-%d", i), Status: index.StatusHealthy, ResourceVersion: fmt.Sprint(r),
-				Labels: map[string]string{"app": fmt.Sprintf("v-%d-%d", r, i), fmt.Sprintf("key-%d", r): "x"},
+				Labels: index.LabelsOf(map[string]string{"app": fmt.Sprintf("v-%d-%d", r, i), fmt.Sprintf("key-%d", r): "x"}),
 			}
 		}
 		return rows

@@ -105,7 +105,7 @@ func TestRelistKeepsTheWatchRunning(t *testing.T) {
 	if err := kube.CoreV1().Pods(ns).Delete(ctx, "deleted", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
-	changed := func(o *index.Object, ok bool) bool { return ok && o.Labels["app"] == "after" }
+	changed := func(o *index.Object, ok bool) bool { return ok && o.Labels.Get("app") == "after" }
 	created := func(_ *index.Object, ok bool) bool { return ok }
 	deleted := func(_ *index.Object, ok bool) bool { return !ok }
 	waitRow(ctx, t, store, "the change while the relist is held", key("changed"), changed)
@@ -121,7 +121,7 @@ func TestRelistKeepsTheWatchRunning(t *testing.T) {
 		t.Fatal("pod kept is not in the index")
 	}
 	corrupt := *drifted
-	corrupt.Labels = map[string]string{"app": "drifted"}
+	corrupt.Labels = index.LabelsOf(map[string]string{"app": "drifted"})
 	ghost := *drifted
 	ghost.Name = "ghost"
 	if err := store.UpsertBatch(ctx, []index.Object{corrupt, ghost}); err != nil {
@@ -148,7 +148,7 @@ func TestRelistKeepsTheWatchRunning(t *testing.T) {
 			t.Errorf("after the older listing was applied, pod %s is %+v (present %v): the relist undid the watch's word", tc.name, o, ok)
 		}
 	}
-	if o, ok := store.Get(key("kept")); !ok || o.Labels["app"] != "before" {
+	if o, ok := store.Get(key("kept")); !ok || o.Labels.Get("app") != "before" {
 		t.Errorf("after the relist, pod kept is %+v (present %v), want the server's labels (app=before): the relist did not repair a drifted row, or dropped a row nobody touched", o, ok)
 	}
 	if o, ok := store.Get(key("ghost")); ok {

@@ -371,7 +371,7 @@ func toRow(cluster string, kind index.Kind, a *Adapter, ro runtime.Object, acc m
 		Resource:        kind.Resource,
 		Name:            acc.GetName(),
 		UID:             string(acc.GetUID()),
-		Labels:          acc.GetLabels(),
+		Labels:          index.LabelsOf(acc.GetLabels()),
 		CreatedAt:       acc.GetCreationTimestamp().Time,
 		ResourceVersion: acc.GetResourceVersion(),
 		Status:          n.Status,

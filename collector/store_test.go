@@ -151,8 +151,8 @@ func newHistorySink() *historySink {
 
 func (s *historySink) set(row index.Object) {
 	k := row.Key()
-	if old, ok := s.rows[k]; !ok || old.Labels["app"] != row.Labels["app"] || old.UID != row.UID {
-		s.seen[row.Name] = append(s.seen[row.Name], row.Labels["app"])
+	if old, ok := s.rows[k]; !ok || old.Labels.Get("app") != row.Labels.Get("app") || old.UID != row.UID {
+		s.seen[row.Name] = append(s.seen[row.Name], row.Labels.Get("app"))
 	}
 	s.rows[k] = row
 }
@@ -252,7 +252,7 @@ func TestRelistOverALaggingWatch(t *testing.T) {
 			}
 			final := map[string]string{}
 			for k, r := range sink.rows {
-				final[k.Name] = r.Labels["app"] + "/" + r.UID
+				final[k.Name] = r.Labels.Get("app") + "/" + r.UID
 			}
 			if want := map[string]string{"p": "d/p", "q": "new/q2", "r": "c/r", "t": "t/t"}; !reflect.DeepEqual(final, want) {
 				t.Errorf("rows at the end %v, want %v", final, want)

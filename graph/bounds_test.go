@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apiserver/pkg/authentication/user"
 )
@@ -25,7 +26,7 @@ func (f *fixture) rowsUnchanged(before []*testRow) {
 // testRow is what a row comparison looks at.
 type testRow struct {
 	ID, Status, RV string
-	Labels         map[string]string
+	Labels         index.Labels
 }
 
 func (f *fixture) snapshotRows() []*testRow {

@@ -2,8 +2,6 @@ package graph
 
 import (
 	"encoding/base64"
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -78,11 +76,14 @@ func toObject(o *index.Object, stale bool) *model.Object {
 	return m
 }
 
-// toLabels returns labels sorted by key, so answers are deterministic.
-func toLabels(m map[string]string) []*model.Label {
-	out := make([]*model.Label, 0, len(m))
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		out = append(out, &model.Label{Key: k, Value: m[k]})
+// toLabels returns the labels in key order, so answers are
+// deterministic, in two allocations.
+func toLabels(l index.Labels) []*model.Label {
+	out, labels := make([]*model.Label, l.Len()), make([]model.Label, l.Len())
+	for i := range out {
+		k, v := l.At(i)
+		labels[i] = model.Label{Key: k, Value: v}
+		out[i] = &labels[i]
 	}
 	return out
 }
@@ -92,7 +93,7 @@ func toLabels(m map[string]string) []*model.Label {
 func toCluster(c *index.Cluster) *model.Cluster {
 	return &model.Cluster{
 		Name:   c.Name,
-		Labels: toLabels(c.Labels),
+		Labels: toLabels(index.LabelsOf(c.Labels)),
 		Mode:   model.SyncMode(c.Mode),
 		Connection: &model.ClusterConnection{
 			State:     toState(c.State),
@@ -100,7 +101,7 @@ func toCluster(c *index.Cluster) *model.Cluster {
 			LastSeen:  optTime(c.LastSeen),
 			LastError: optString(c.LastError),
 		},
-		Metadata: toLabels(c.Metadata),
+		Metadata: toLabels(index.LabelsOf(c.Metadata)),
 		Stale:    c.Stale(),
 	}
 }

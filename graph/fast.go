@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -182,12 +181,11 @@ type fieldWriter func(b []byte, f *fieldPlan, v *fastValue) []byte
 // fastValue is what the writers read: the page, and where in it the
 // writer is.
 type fastValue struct {
-	page    *objectsPage
-	edges   []index.Edge
-	edge    *index.Edge
-	label   [2]string // key, value
-	owner   *index.OwnerRef
-	scratch []string // label keys, reused across objects
+	page  *objectsPage
+	edges []index.Edge
+	edge  *index.Edge
+	label [2]string // key, value
+	owner *index.OwnerRef
 
 	change *index.ObjectChange // ObjectChangeEvent (fastevents.go)
 	cursor string              // its cursor
@@ -265,14 +263,8 @@ var fastWriters = map[string]map[string]fieldWriter{
 		"message": func(b []byte, _ *fieldPlan, v *fastValue) []byte { return appendNonEmpty(b, v.edge.Object.Message) },
 		"labels": func(b []byte, f *fieldPlan, v *fastValue) []byte {
 			labels := v.edge.Object.Labels
-			keys := v.scratch[:0]
-			for k := range labels {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			v.scratch = keys
-			return appendList(b, len(keys), func(b []byte, i int) []byte {
-				v.label = [2]string{keys[i], labels[keys[i]]}
+			return appendList(b, labels.Len(), func(b []byte, i int) []byte {
+				v.label[0], v.label[1] = labels.At(i)
 				return f.sub.object(b, v)
 			})
 		},

@@ -27,7 +27,7 @@ func TestObjectsFastPathMatchesGeneratedCode(t *testing.T) {
 	owned := testObject(podKind, "east", "team-a", "owned", index.StatusTerminating)
 	owned.OwnerRefs = []index.OwnerRef{{Kind: "ReplicaSet", Name: "rs-1"}, {Kind: "Node", Name: "n\"1<>&"}}
 	owned.Message = "quotes \" and \\ and <html> & \u2028 and \t tabs \r\n \x01\x1f and a bad byte \xff é"
-	owned.Labels = map[string]string{"a\"b": "c\\d\x02", "ü": "ß"}
+	owned.Labels = index.LabelsOf(map[string]string{"a\"b": "c\\d\x02", "ü": "ß"})
 	owned.ResourceVersion = "42"
 	bare := index.Object{Cluster: "east", Namespace: "team-a", Version: "v1", Kind: "Pod", Resource: "pods", Name: "bare", UID: "u", Status: index.StatusUnknown}
 	must(t, f.store.Upsert(ctx, owned))

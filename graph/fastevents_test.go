@@ -65,7 +65,7 @@ func TestEventsFastPathMatchesGeneratedCode(t *testing.T) {
 	p := testObject(podKind, "east", "team-a", "pod-fast", index.StatusUnhealthy)
 	p.OwnerRefs = []index.OwnerRef{{Kind: "ReplicaSet", Name: "rs\"1<&>"}}
 	p.Message = "quotes \" and \\ and \u2028 \u2029 and <b>&amp;</b> \t \x01 é ’"
-	p.Labels = map[string]string{"b": "2", "a\"": "1\\"}
+	p.Labels = index.LabelsOf(map[string]string{"b": "2", "a\"": "1\\"})
 	p.ResourceVersion = "7"
 	upsert(t, f.store, p) // ADDED, and in the filter
 	p.Status = index.StatusHealthy

@@ -66,7 +66,7 @@ func testObject(kind index.Kind, cluster, ns, name string, status index.Status) 
 	return index.Object{
 		Cluster: cluster, Namespace: ns, Group: kind.Group, Version: kind.Version, Kind: kind.Kind, Resource: kind.Resource,
 		Name: name, UID: fmt.Sprintf("uid-%s-%s-%s", cluster, ns, name), Status: status,
-		Labels:    map[string]string{"app": name, "team": ns},
+		Labels:    index.LabelsOf(map[string]string{"app": name, "team": ns}),
 		CreatedAt: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Message: "message of " + name,
 		Summary: json.RawMessage(`{"phase":"Running"}`),
 	}

@@ -189,7 +189,7 @@ func TestObjectsFilters(t *testing.T) {
 			return o.Cluster == "west" && o.Namespace == "team-a"
 		}},
 		{"label selector", map[string]any{"labelSelector": "team in (team-a,team-c),app!=pod-team-a-0"}, func(o *index.Object) bool {
-			return (o.Labels["team"] == "team-a" || o.Labels["team"] == "team-c") && o.Labels["app"] != "pod-team-a-0"
+			return (o.Labels.Get("team") == "team-a" || o.Labels.Get("team") == "team-c") && o.Labels.Get("app") != "pod-team-a-0"
 		}},
 		{"name contains", map[string]any{"nameContains": "SVC"}, func(o *index.Object) bool { return o.Kind == "Service" }},
 		// The fixture's clusters are labelled region=<name>.

@@ -539,10 +539,8 @@ type labelDict struct {
 	// rc recycles pair ids; a pair's count is its posting list (see
 	// recycler).
 	rc recycler
-	// cache keeps the Objects and Labels maps of recent pages' rows. It
-	// is the only state of the dictionaries that reads write (under its
-	// own mutex); it lives here because reclaiming a pair must drop the
-	// label maps that may hold it.
+	// cache keeps the Objects of recent pages' rows. It is the only state
+	// of the dictionaries that reads write (under its own mutex).
 	cache pageCache
 }
 
@@ -597,14 +595,7 @@ func (d *labelDict) unused(pid uint32) {
 // left unused. It returns how many ids it retired.
 func (d *labelDict) recycle(seq, epoch, feedFirst, oldestRead uint64) int {
 	if len(d.rc.retired) > 0 {
-		stale := false
-		d.rc.reclaim(feedFirst, oldestRead, func(pid uint32) {
-			stale = stale || d.cache.holds(pid)
-			d.reclaimPair(pid)
-		})
-		if stale {
-			d.cache.resetSets() // a kept set with the pair would name other labels once it is reused
-		}
+		d.rc.reclaim(feedFirst, oldestRead, d.reclaimPair)
 	}
 	// No event refers to a key or value but through a pair, which is
 	// free by now: only paused reads may hold them.
@@ -644,10 +635,12 @@ func (d *labelDict) reclaimPair(pid uint32) {
 // held returns how many pairs the dictionary holds, as strDict.held.
 func (d *labelDict) held() int { return d.pairs.len() - len(d.rc.free) }
 
-// labelMap returns a new map of the labels of r, nil when it has none.
-func (d *labelDict) labelMap(r *objRow) map[string]string {
+// labelsOfRow returns the Labels of r, in an allocation of their own
+// (pages share one: pageObjects).
+func (d *labelDict) labelsOfRow(r *objRow) Labels {
 	var buf [128]pairKV // the labels of a row within the edge quota (128) stay on the stack
-	return d.labelMapOf(d.appendPairs(buf[:0], r))
+	kvs := d.appendPairs(buf[:0], r)
+	return d.labelsOf(make([]labelKV, len(kvs)), kvs)
 }
 
 // pairKV is the key and value ids of a label pair.
@@ -655,14 +648,14 @@ type pairKV struct{ kid, vid uint32 }
 
 // appendPairs appends the key and value ids of r's labels to dst.
 //
-// Building a Labels map reads each label's pair, a random load in a table
-// of about 54 MB at 1M objects, so mostly a cache miss; a map insert
-// between two of them keeps the processor from starting the next before
-// the last has arrived. This loop does nothing else, so its loads overlap:
-// a page gathers the pairs of all its new rows first, then builds their
-// maps from dst (labelMapOf). On compare's Q2 page at 1M objects (3.7
-// random rows, about 20 labels) that took the label maps from 6.4-8.2 to
-// 4.3-6.4 µs of CPU (profiles, loaded machine).
+// Building Labels reads each label's pair, a random load in a table of
+// about 54 MB at 1M objects, so mostly a cache miss; work between two of
+// them (a map insert, when Labels were maps) keeps the processor from
+// starting the next before the last has arrived. This loop does nothing
+// else, so its loads overlap: a page gathers the pairs of all its new rows
+// first, then builds their Labels from dst (labelsOf). On compare's Q2
+// page at 1M objects (3.7 random rows, about 20 labels) that took the
+// label maps from 6.4-8.2 to 4.3-6.4 µs of CPU (profiles, loaded machine).
 func (d *labelDict) appendPairs(dst []pairKV, r *objRow) []pairKV {
 	ls := r.labels()
 	for i := range ls.len() {
@@ -672,17 +665,19 @@ func (d *labelDict) appendPairs(dst []pairKV, r *objRow) []pairKV {
 	return dst
 }
 
-// labelMapOf returns a new map of the labels whose ids appendPairs
-// returned, nil when there are none.
-func (d *labelDict) labelMapOf(kvs []pairKV) map[string]string {
+// labelsOf fills dst, of len(kvs), with the strings of the labels whose
+// ids appendPairs returned, sorts it by key and returns it as Labels.
+// Rows keep their pair ids in id order, which is the order pairs were
+// first interned, not key order.
+func (d *labelDict) labelsOf(dst []labelKV, kvs []pairKV) Labels {
 	if len(kvs) == 0 {
-		return nil
+		return Labels{}
 	}
-	m := make(map[string]string, len(kvs))
-	for _, kv := range kvs {
-		m[d.keys.str(kv.kid)] = d.values.str(kv.vid)
+	for i, kv := range kvs {
+		dst[i] = labelKV{key: d.keys.str(kv.kid), value: d.values.str(kv.vid)}
 	}
-	return m
+	sortLabels(dst)
+	return Labels{kv: dst}
 }
 
 // key and value return the strings of a pair.

@@ -58,12 +58,12 @@ func TestDictionariesReclaimChurnedStrings(t *testing.T) {
 	for i := churn - live; i < churn; i++ {
 		want := row(i)
 		got, ok := s.Get(want.Key())
-		if !ok || got.Namespace != want.Namespace || len(got.Labels) != 3 ||
-			got.Labels["app"] != want.Labels["app"] || got.Labels[fmt.Sprintf("k-%d", i)] != "x" {
+		if !ok || got.Namespace != want.Namespace || got.Labels.Len() != 3 ||
+			got.Labels.Get("app") != want.Labels.Get("app") || got.Labels.Get(fmt.Sprintf("k-%d", i)) != "x" {
 			t.Fatalf("row %d reads %+v, want the labels %v", i, got, want.Labels)
 		}
 		for _, f := range []Filter{
-			{LabelSelector: "app=" + want.Labels["app"]},
+			{LabelSelector: "app=" + want.Labels.Get("app")},
 			{LabelSelector: fmt.Sprintf("k-%d", i)},
 			{Namespaces: []string{want.Namespace}},
 		} {
@@ -120,7 +120,7 @@ func TestReclaimedIDsKeepDeliveredEvents(t *testing.T) {
 	}
 	for i, ev := range evs {
 		o := ev.Object()
-		if want := fmt.Sprintf("ns-0-%d", i%4); o.Namespace != want || o.Labels["app"] != fmt.Sprintf("v-0-%d", i%4) {
+		if want := fmt.Sprintf("ns-0-%d", i%4); o.Namespace != want || o.Labels.Get("app") != fmt.Sprintf("v-0-%d", i%4) {
 			t.Errorf("event %d (%s) reads %s %v, want %s app=v-0-%d", i, ev.Type, o.Namespace, o.Labels, want, i%4)
 		}
 	}

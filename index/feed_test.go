@@ -157,7 +157,7 @@ func TestEventObjectsShared(t *testing.T) {
 			t.Fatalf("subscriber %d got other Objects than subscriber 0", i)
 		}
 	}
-	if now.Status != StatusUnhealthy || before.Status != StatusHealthy || before.Labels["app"] != "x" {
+	if now.Status != StatusUnhealthy || before.Status != StatusHealthy || before.Labels.Get("app") != "x" {
 		t.Fatalf("Object = %+v, Previous = %+v", now, before)
 	}
 	if n := testing.AllocsPerRun(100, func() { _ = modified.Previous() }); n != 0 {

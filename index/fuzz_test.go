@@ -26,16 +26,17 @@ func fuzzFleet(tb testing.TB) (*Store, []Object) {
 			Name: fmt.Sprintf("%s-%d", []string{"a", "ab", "b", "A", "abcdefghijklmnopqrstuvwxyz"}[i%5], i%7),
 			UID:  fmt.Sprint("u", i), Status: Statuses[i%len(Statuses)],
 			CreatedAt: time.Unix(int64(1000+i%4), int64(i%2)).UTC(),
-			Labels:    map[string]string{},
 		}
+		labels := map[string]string{}
 		if k.Namespaced {
 			o.Namespace = fmt.Sprintf("ns%d", i%2)
 		}
 		for j, key := range []string{"n", "app", "example.com/tier", "x"} {
 			if (i+j)%3 != 0 {
-				o.Labels[key] = values[(i*3+j)%len(values)]
+				labels[key] = values[(i*3+j)%len(values)]
 			}
 		}
+		o.Labels = LabelsOf(labels)
 		clk.Advance(time.Duration(i%3) * time.Millisecond)
 		mustNoErr(tb, s.Upsert(ctxb, o))
 		stored, _ := s.Get(o.Key())
@@ -153,7 +154,7 @@ func FuzzLabelSelector(f *testing.F) {
 		}
 		want := map[Key]bool{}
 		for i := range objs {
-			if sel.Matches(labels.Set(objs[i].Labels)) {
+			if sel.Matches(objs[i].Labels) {
 				want[objs[i].Key()] = true
 			}
 			if got := m.Match(&objs[i]); got != want[objs[i].Key()] {

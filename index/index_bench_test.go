@@ -303,7 +303,7 @@ func BenchmarkQueryPageChurn(b *testing.B) {
 			rev := 0
 			write := func() {
 				rev++
-				churn.Labels = map[string]string{"app": "churn", "rev": strconv.Itoa(rev)}
+				churn.Labels = index.LabelsOf(map[string]string{"app": "churn", "rev": strconv.Itoa(rev)})
 				if err := s.Upsert(ctx, churn); err != nil {
 					b.Fatal(err)
 				}

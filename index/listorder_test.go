@@ -23,12 +23,12 @@ func TestListOrders(t *testing.T) {
 	// Names share their first 16 bytes, so that comparisons need the keys,
 	// and repeat across namespaces.
 	object := func() Object {
-		o := pod("c0", fmt.Sprintf("ns%d", rnd.IntN(3)), fmt.Sprintf("requestauthentication-%d", rnd.IntN(200)),
-			Statuses[rnd.IntN(3)], map[string]string{"app": fmt.Sprintf("a%d", rnd.IntN(3))})
+		ns, name, status := fmt.Sprintf("ns%d", rnd.IntN(3)), fmt.Sprintf("requestauthentication-%d", rnd.IntN(200)), Statuses[rnd.IntN(3)]
+		labels := map[string]string{"app": fmt.Sprintf("a%d", rnd.IntN(3))}
 		if rnd.IntN(2) == 0 {
-			o.Labels["k"] = fmt.Sprintf("v%d", rnd.IntN(2))
+			labels["k"] = fmt.Sprintf("v%d", rnd.IntN(2))
 		}
-		return o
+		return pod("c0", ns, name, status, labels)
 	}
 	var keys []Key
 	had := map[*postings]bool{} // whether the list had an order at the last check

@@ -56,7 +56,7 @@ var podKind = Kind{Version: "v1", Kind: "Pod", Resource: "pods", Namespaced: tru
 func pod(cluster, ns, name string, status Status, labels map[string]string) Object {
 	return Object{
 		Cluster: cluster, Namespace: ns, Version: "v1", Kind: "Pod", Resource: "pods", Name: name,
-		UID: "uid-" + name, Labels: labels, Status: status, CreatedAt: time.Unix(1000, 0).UTC(),
+		UID: "uid-" + name, Labels: LabelsOf(labels), Status: status, CreatedAt: time.Unix(1000, 0).UTC(),
 	}
 }
 

@@ -106,7 +106,7 @@ func (m *Matcher) passes(o *Object) bool {
 	if m.clusterSel != nil && !m.clusterSel.Matches(labels.Set(m.clusterLabels(o.Cluster))) {
 		return false
 	}
-	return m.sel == nil || m.sel.Matches(labels.Set(o.Labels))
+	return m.sel == nil || m.sel.Matches(o.Labels)
 }
 
 // Classify returns how an object event looks through the matcher: an

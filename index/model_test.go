@@ -260,11 +260,10 @@ func (m *fleetModel) changed(k Key) Object {
 			UID:       "uid-" + m.nextRV(),
 			CreatedAt: time.Unix(1_700_000_000+int64(m.rnd.IntN(40)), int64(m.rnd.IntN(3))).UTC(),
 			Status:    Statuses[m.rnd.IntN(len(Statuses))],
-			Labels:    m.randomLabels(nil),
+			Labels:    LabelsOf(m.randomLabels(nil)),
 		}
 	} else {
 		m.ops["update"]++
-		o.Labels = maps.Clone(o.Labels) // stored rows are never mutated
 		switch m.rnd.IntN(6) {
 		case 0:
 			o.Status = Statuses[m.rnd.IntN(len(Statuses))]
@@ -276,7 +275,7 @@ func (m *fleetModel) changed(k Key) Object {
 			o.OwnerRefs = []OwnerRef{{Kind: "ReplicaSet", Name: fmt.Sprintf("rs-%d", m.rnd.IntN(2))}}
 		default:
 			m.ops["labelChange"]++
-			o.Labels = m.randomLabels(o.Labels)
+			o.Labels = LabelsOf(m.randomLabels(o.Labels.Map()))
 		}
 	}
 	kind := m.kindIn(k.Cluster, k.Group, k.Kind)
@@ -358,7 +357,7 @@ func sameObject(a, b *Object, all bool) bool {
 		return false
 	}
 	return a.Key() == b.Key() && a.Version == b.Version && a.Resource == b.Resource && a.UID == b.UID &&
-		maps.Equal(a.Labels, b.Labels) && slices.Equal(a.OwnerRefs, b.OwnerRefs) &&
+		a.Labels.Equal(b.Labels) && slices.Equal(a.OwnerRefs, b.OwnerRefs) &&
 		a.CreatedAt.Equal(b.CreatedAt) && a.Status == b.Status && a.Message == b.Message &&
 		bytes.Equal(a.Summary, b.Summary) && a.Policy == nil && b.Policy == nil
 }
@@ -607,7 +606,7 @@ func (r *refFilter) matches(o *Object) bool {
 	return anyOf(f.Clusters, is(o.Cluster)) && anyOf(f.Namespaces, is(o.Namespace)) && anyOf(f.Kinds, kind) &&
 		anyOf(f.Statuses, func(st Status) bool { return st == o.Status }) &&
 		strings.Contains(strings.ToLower(o.Name), strings.ToLower(f.NameContains)) &&
-		(r.sel == nil || r.sel.Matches(labels.Set(o.Labels))) &&
+		(r.sel == nil || r.sel.Matches(o.Labels)) &&
 		(r.cluster == nil || r.cluster.Matches(labels.Set(r.clusterLabels[o.Cluster])))
 }
 

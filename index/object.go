@@ -75,23 +75,23 @@ type OwnerRef struct {
 // Rows handed to the index must not be mutated afterwards, and rows the
 // index returns must not be mutated by callers: the index may share them
 // (a query page's Objects are shared with other pages that returned the
-// same row lately, and their Labels maps with rows of equal labels).
+// same row lately).
 type Object struct {
-	Cluster         string            `json:"cluster"`
-	Namespace       string            `json:"namespace,omitempty"`
-	Group           string            `json:"group"`
-	Version         string            `json:"version"`
-	Kind            string            `json:"kind"`
-	Resource        string            `json:"resource"`
-	Name            string            `json:"name"`
-	UID             string            `json:"uid"`
-	Labels          map[string]string `json:"labels,omitempty"` // shared between pages: read it, or maps.Clone it to change it
-	OwnerRefs       []OwnerRef        `json:"ownerRefs,omitempty"`
-	CreatedAt       time.Time         `json:"createdAt"`
-	UpdatedAt       time.Time         `json:"updatedAt"`
-	ResourceVersion string            `json:"resourceVersion,omitempty"`
-	Status          Status            `json:"status"`
-	Message         string            `json:"message,omitempty"`
+	Cluster         string     `json:"cluster"`
+	Namespace       string     `json:"namespace,omitempty"`
+	Group           string     `json:"group"`
+	Version         string     `json:"version"`
+	Kind            string     `json:"kind"`
+	Resource        string     `json:"resource"`
+	Name            string     `json:"name"`
+	UID             string     `json:"uid"`
+	Labels          Labels     `json:"labels,omitzero"` // immutable; Labels.Map gives a copy to change
+	OwnerRefs       []OwnerRef `json:"ownerRefs,omitempty"`
+	CreatedAt       time.Time  `json:"createdAt"`
+	UpdatedAt       time.Time  `json:"updatedAt"`
+	ResourceVersion string     `json:"resourceVersion,omitempty"`
+	Status          Status     `json:"status"`
+	Message         string     `json:"message,omitempty"`
 	// Summary holds a small JSON object of kind-specific columns, for
 	// example a pod's phase, restarts and node.
 	Summary json.RawMessage `json:"summary,omitempty"`

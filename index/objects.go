@@ -213,7 +213,7 @@ func newRowLabels(rows []Object, table *LabelTable) *rowLabels {
 // count returns how many labels row i has.
 func (l *rowLabels) count(i int) int {
 	if l.table == nil {
-		return len(l.rows[i].Labels)
+		return l.rows[i].Labels.Len()
 	}
 	return len(l.table.Row(i))
 }

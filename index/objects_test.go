@@ -84,7 +84,7 @@ func TestReplaceChangeDetection(t *testing.T) {
 		}
 	}
 	a, _ := s.Get(rows[0].Key())
-	if !a.UpdatedAt.Equal(clk.Now()) || a.Labels["app"] != "y" {
+	if !a.UpdatedAt.Equal(clk.Now()) || a.Labels.Get("app") != "y" {
 		t.Errorf("changed row = %+v", a)
 	}
 	c, _ := s.Get(rows[2].Key())

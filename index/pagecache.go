@@ -1,67 +1,44 @@
 package index
 
 import (
-	"hash/maphash"
-	"strings"
 	"sync"
 	"unsafe"
 )
 
-// pageCache keeps what pages returned lately, so that a page of rows seen
-// recently builds nothing:
+// pageCache keeps the Object of each row that pages returned lately, so
+// that a page of rows seen recently builds nothing. Rows are immutable (an
+// update builds a new objRow), and an Object holds only the row's fields
+// and the strings its dictionary ids resolved to, so a kept Object stays
+// the row's for as long as anything can reach the row. Filling 100
+// Objects of about 300 bytes (a 32 KB allocation, zeroed, then written
+// with a write barrier per pointer while the collector runs) was about
+// half the CPU of a 100-row page at 1M objects once the labels were
+// shared, and most of its bytes.
 //
-//   - the Object of each row, by row. Rows are immutable (an update builds
-//     a new objRow), and an Object holds only the row's fields and the
-//     strings its dictionary ids resolved to, so a kept Object stays the
-//     row's for as long as anything can reach the row. Filling 100 Objects
-//     of 288 bytes (a 32 KB allocation, zeroed, then written with a write
-//     barrier per pointer while the collector runs) was about half the CPU
-//     of a 100-row page at 1M objects once the labels were shared, and
-//     most of its bytes.
-//   - the Labels map of each label set, by objRow.labelBytes (equal strings
-//     mean equal labels), for the Objects it builds: building one cost
-//     about half the CPU of a page before it was kept (a map and its group
-//     allocated per row, and a pair, key and value lookup per label, each a
-//     likely cache miss), and rows with equal labels (the pods of one
-//     ReplicaSet) share one.
-//
-// Both are shared by every page that got them, so callers must not mutate
-// them (see Object). The Objects are a table of pageObjectSets sets of two
-// entries, the set picked by the row id, most recently used first: a
+// Kept Objects are shared by every page that got them, so callers must
+// not mutate them (see Object). They are a table of pageObjectSets sets of
+// two entries, the set picked by the row id, most recently used first: a
 // lookup is one array load and a pointer compare, where a map of rows
 // cost a page of new rows about 0.5 µs a row at 1M objects to look up and
-// keep. A page allocates its new Objects in one slab, which stays alive
-// while any of them is kept, so the table also counts the bytes of the
-// slabs it keeps alive and drops every entry when they pass
-// pageObjectsBytes (when evictions left many slabs nearly unused). The
-// label maps are a table of the same shape, pageSetSets sets of two
-// entries picked by a hash of the label bytes: two Go maps of label sets
-// (generations of 4,000) cost a page of random rows, whose sets are
-// mostly new, about 3 µs of its 20 at 1M objects, in hashing, probing and
-// growing maps whose entries were out of cache. So the cache's own memory
-// is about 5 MB at most (the tables, up to 4.7 MB of Objects, 8,192 maps),
-// but it bounds rows, not bytes: a kept Object keeps its row's data, owner references
-// and message alive until dropped, updated or deleted rows' too (about
-// 16,000 rows, 10-15 MB on the synthetic fleet, more with large rows).
+// keep. A page allocates its new Objects in one slab, and their Labels in
+// one array beside it, which stay alive while any of them is kept, so the
+// table also counts the bytes of the slabs it keeps alive and drops every
+// entry when they pass pageObjectsBytes (when evictions left many slabs
+// nearly unused). So the cache's own memory is about 5 MB at most (the
+// table, up to 4.9 MB of Objects, and their labels), but it bounds rows,
+// not bytes: a kept Object keeps its row's data, owner references and
+// message alive until dropped, updated or deleted rows' too (about 16,000
+// rows, 10-15 MB on the synthetic fleet, more with large rows).
 // RemoveCluster drops every kept Object (dropObjects), so that an
-// offboarded cluster's rows do not stay. A label set's key is a copy, so
-// it keeps no row alive.
+// offboarded cluster's rows do not stay.
 //
-// Pair ids are recycled, so a set's bytes can come to mean other labels:
-// pids marks the pair ids of the sets kept since the last reset, and a
-// commit that reclaims a marked pair drops every label map
-// (labelDict.recycle, under the write lock, when no read can hold a row
-// with the pair) by moving to a new epoch: maps kept in an earlier one are
-// never found again, and go as new ones take their entries. Pairs of
-// labels nobody paged lately are reclaimed on nearly every commit under
-// label churn, and drop nothing. Kept Objects
-// need no reset: a row that can be read still has the labels its Object
-// shows.
+// There is no cache of labels by label set any more: Labels are built
+// from the dictionary's strings into the page's one array, which costs
+// less than the lookup in a table of label sets did (see pageObjects).
 //
 // Reads hold the Store's read lock and may run at once, so pageCache has
 // its own mutex: a page whose rows are all kept takes it once; a page
-// with new rows takes it again to keep what it built outside it (or take
-// the label maps another page kept meanwhile).
+// with new rows takes it again to keep what it built outside it.
 type pageCache struct {
 	mu sync.Mutex
 	// objs is the table of Objects: set i is objs[2i:2i+2], allocated
@@ -69,15 +46,6 @@ type pageCache struct {
 	objs []pageObject
 	// slabBytes counts the bytes of the slabs objs keeps alive.
 	slabBytes int
-	// sets is the table of Labels maps: set i is sets[2i:2i+2], allocated
-	// by the first page that keeps one, with seed.
-	sets []pageSet
-	seed maphash.Seed
-	// epoch is the epoch of the maps that can be found (see resetSets).
-	epoch uint32
-	// pids has a bit per pair id, set for the ids of the kept sets (and
-	// of sets dropped since the last reset).
-	pids []uint64
 }
 
 // pageObject is a kept Object, its row and the slab it lives in.
@@ -87,16 +55,6 @@ type pageObject struct {
 	slab *objSlab
 }
 
-// pageSet is a kept Labels map, the label bytes it shows (a copy of
-// objRow.labelBytes, so that it keeps no row alive), their hash and the
-// epoch it was kept in.
-type pageSet struct {
-	hash  uint32
-	epoch uint32
-	set   string
-	m     map[string]string
-}
-
 // objSlab is the Objects a page built, allocated at once.
 type objSlab struct {
 	objs []Object
@@ -104,12 +62,10 @@ type objSlab struct {
 	kept int
 }
 
-// bytes returns the size of the slab's Objects.
+// bytes returns the size of the slab's Objects. Their labels (about as
+// many bytes again on the synthetic fleet) are not counted: they follow
+// the Objects, as the Labels maps the Objects held did.
 func (s *objSlab) bytes() int { return len(s.objs) * int(unsafe.Sizeof(Object{})) }
-
-// pageSetSets is the number of sets of the label maps' table (8,192
-// maps, 256 KB of entries), as many as the Objects' table holds.
-const pageSetSets = 4096
 
 // pageObjectSets is the number of sets of the Objects' table (8,192
 // Objects, 196 KB of entries): two entries a set make it unlikely that
@@ -117,16 +73,22 @@ const pageSetSets = 4096
 const pageObjectSets = 4096
 
 // pageObjectsBytes bounds the bytes of the slabs the table keeps alive:
-// as many Objects as it holds, in slabs at least half kept (about 4.7 MB).
+// as many Objects as it holds, in slabs at least half kept (about 4.9 MB).
 const pageObjectsBytes = 2 * 2 * pageObjectSets * int(unsafe.Sizeof(Object{}))
 
 // pageObjects sets the Object of edges[i] to the one of rows[i], kept or
 // built (and kept), under the read lock.
+//
+// The Labels of the rows it builds share one array, in the page's order,
+// each row's sorted by key: one allocation for the page, where a map per
+// row cost two and a hashed insert per label (2.6 µs of compare's 22 µs
+// Q2 page of about 4 new rows at 1M objects), and a table of maps by
+// label set, kept so that rows with equal labels shared one, cost another
+// 2.5 µs to look up and fill, since on such a page every set is new.
 func (x *objIndex) pageObjects(edges []Edge, rows []*objRow) {
 	c := &x.labels.cache
 	var missBuf [128]int32
-	var setBuf [128]map[string]string
-	miss, sets := missBuf[:0], setBuf[:0]
+	miss := missBuf[:0]
 	c.mu.Lock()
 	for i, r := range rows {
 		if o := c.object(r); o != nil {
@@ -134,7 +96,6 @@ func (x *objIndex) pageObjects(edges []Edge, rows []*objRow) {
 			continue
 		}
 		miss = append(miss, int32(i))
-		sets = append(sets, c.set(r.labelBytes()))
 	}
 	c.mu.Unlock()
 	if len(miss) == 0 {
@@ -144,29 +105,22 @@ func (x *objIndex) pageObjects(edges []Edge, rows []*objRow) {
 	// whose cache misses overlap (see appendPairs).
 	var kvBuf [512]pairKV
 	kvs := kvBuf[:0]
-	for j, i := range miss {
-		if sets[j] == nil {
-			kvs = x.labels.appendPairs(kvs, rows[i])
-		}
+	for _, i := range miss {
+		kvs = x.labels.appendPairs(kvs, rows[i])
 	}
 	slab := &objSlab{objs: make([]Object, len(miss))}
+	labels := make([]labelKV, len(kvs))
 	for j, i := range miss {
 		o := &slab.objs[j]
 		x.fillFields(o, rows[i])
-		if o.Labels = sets[j]; o.Labels == nil {
-			n := rows[i].numLabels()
-			o.Labels, kvs = x.labels.labelMapOf(kvs[:n]), kvs[n:]
-		}
+		n := rows[i].numLabels()
+		o.Labels = x.labels.labelsOf(labels[:n:n], kvs[:n])
+		labels, kvs = labels[n:], kvs[n:]
 	}
 	c.mu.Lock()
 	for j, i := range miss {
-		r, o := rows[i], &slab.objs[j]
-		if sets[j] == nil && o.Labels != nil {
-			// An earlier row of the page, or another page meanwhile, may
-			// have kept a map of the same set: share that one.
-			o.Labels = c.keepSet(r, o.Labels)
-		}
-		c.putObject(pageObject{r: r, o: o, slab: slab})
+		o := &slab.objs[j]
+		c.putObject(pageObject{r: rows[i], o: o, slab: slab})
 		edges[i].Object = o
 	}
 	c.mu.Unlock()
@@ -243,87 +197,4 @@ func (c *pageCache) release(po *pageObject) {
 		c.slabBytes -= po.slab.bytes()
 	}
 	*po = pageObject{}
-}
-
-// labelSet returns the entries of the label maps' table that may hold
-// the map of label bytes set, and the hash they are kept under; nil
-// entries when the table has none yet.
-func (c *pageCache) labelSet(set string) ([]pageSet, uint32) {
-	if c.sets == nil {
-		return nil, 0
-	}
-	h := maphash.String(c.seed, set)
-	i := 2 * int(h%pageSetSets)
-	return c.sets[i : i+2 : i+2], uint32(h >> 32)
-}
-
-// set returns the kept map of the label bytes set, nil when it has none
-// (or set is empty).
-func (c *pageCache) set(set string) map[string]string {
-	if set == "" {
-		return nil
-	}
-	es, h := c.labelSet(set)
-	for i := range es {
-		if e := &es[i]; e.m != nil && e.epoch == c.epoch && e.hash == h && e.set == set {
-			if i == 1 {
-				es[0], es[1] = es[1], es[0]
-			}
-			return es[0].m
-		}
-	}
-	return nil
-}
-
-// keepSet returns the kept map of r's labels if there is one, else keeps
-// m, a new map of them, and returns it.
-func (c *pageCache) keepSet(r *objRow, m map[string]string) map[string]string {
-	if kept := c.set(r.labelBytes()); kept != nil {
-		return kept
-	}
-	if c.sets == nil {
-		c.sets, c.seed = make([]pageSet, 2*pageSetSets), maphash.MakeSeed()
-	}
-	c.mark(r)
-	es, h := c.labelSet(r.labelBytes())
-	kept := pageSet{hash: h, epoch: c.epoch, set: strings.Clone(r.labelBytes()), m: m}
-	if e := es[0]; e.m == nil || e.epoch != c.epoch {
-		es[0] = kept // an entry of an earlier epoch goes before a current one
-	} else {
-		es[1], es[0] = es[0], kept
-	}
-	return m
-}
-
-// mark sets the bits of the pair ids of r's labels.
-func (c *pageCache) mark(r *objRow) {
-	ls := r.labels()
-	for i := range ls.len() {
-		pid := ls.at(i)
-		w := int(pid >> 6)
-		if w >= len(c.pids) {
-			c.pids = append(c.pids, make([]uint64, w+1-len(c.pids))...)
-		}
-		c.pids[w] |= 1 << (pid & 63)
-	}
-}
-
-// holds reports whether a kept set may have pair pid, under the write
-// lock.
-func (c *pageCache) holds(pid uint32) bool {
-	w := int(pid >> 6)
-	return w < len(c.pids) && c.pids[w]&(1<<(pid&63)) != 0
-}
-
-// resetSets drops every label map, by moving to a new epoch rather than
-// clearing the table: a commit may do it under the write lock, and
-// entries of earlier epochs are never found again. (After 2^32 epochs the
-// table is cleared, so that no entry comes back to the current one.)
-func (c *pageCache) resetSets() {
-	c.mu.Lock()
-	if c.epoch++; c.epoch == 0 {
-		clear(c.sets)
-	}
-	clear(c.pids)
-	c.mu.Unlock()
 }

@@ -3,49 +3,57 @@ package index
 import (
 	"fmt"
 	"maps"
-	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"unsafe"
 )
 
-// TestPageLabelsShared checks that pages hand out one Labels map per label
-// set: a row read by two pages, and two rows with equal labels, share it;
-// a single Get builds its own.
-func TestPageLabelsShared(t *testing.T) {
+// TestPageLabels checks that the Labels of a page's new rows, which
+// share one array, and of a Get are each row's own, in key order where
+// the rows' pair ids are not (a pair interned earlier has a lower id).
+func TestPageLabels(t *testing.T) {
 	s, _ := newTestStore(t)
-	labels := map[string]string{"app": "web", "tier": "front"}
-	for _, name := range []string{"a", "b"} {
-		mustNoErr(t, s.Upsert(ctxb, pod("c0", "ns0", name, StatusHealthy, labels)))
+	rows := []Object{
+		pod("c0", "ns0", "a", StatusHealthy, map[string]string{"tier": "front"}),
+		pod("c0", "ns0", "b", StatusHealthy, map[string]string{"tier": "front", "app": "web", "b": "1"}),
+		pod("c0", "ns0", "c", StatusHealthy, nil),
+		pod("c0", "ns0", "d", StatusHealthy, map[string]string{"app": "db", "zone": "z", "a": "0"}),
 	}
-	q := Query{Filter: Filter{Kinds: []string{"Pod"}}, Access: &Access{All: true}}
-	p1, err := s.Query(ctxb, q)
+	for _, o := range rows {
+		mustNoErr(t, s.Upsert(ctxb, o))
+	}
+	p, err := s.Query(ctxb, Query{Filter: Filter{Kinds: []string{"Pod"}}, Access: &Access{All: true}})
 	mustNoErr(t, err)
-	p2, err := s.Query(ctxb, q)
-	mustNoErr(t, err)
-	if len(p1.Edges) != 2 || len(p2.Edges) != 2 {
-		t.Fatalf("pages of %d and %d edges, want 2", len(p1.Edges), len(p2.Edges))
+	if len(p.Edges) != len(rows) {
+		t.Fatalf("a page of %d edges, want %d", len(p.Edges), len(rows))
 	}
-	mapID := func(m map[string]string) uintptr { return reflect.ValueOf(m).Pointer() }
-	first := mapID(p1.Edges[0].Object.Labels)
-	for _, e := range append(p1.Edges, p2.Edges...) {
-		if !maps.Equal(e.Object.Labels, labels) {
-			t.Errorf("%s: labels %v, want %v", e.Object.Name, e.Object.Labels, labels)
+	for i, e := range p.Edges {
+		o, ok := s.Get(e.Object.Key())
+		for _, got := range []Labels{e.Object.Labels, o.Labels} {
+			if !ok || !got.Equal(rows[i].Labels) || !maps.Equal(got.Map(), rows[i].Labels.Map()) {
+				t.Errorf("%s: labels %v, want %v", e.Object.Name, got, rows[i].Labels)
+			}
+			if !slices.IsSorted(labelKeys(got)) {
+				t.Errorf("%s: labels %v not in key order", e.Object.Name, got)
+			}
 		}
-		if mapID(e.Object.Labels) != first {
-			t.Errorf("%s: a Labels map of its own, want the page's shared one", e.Object.Name)
-		}
 	}
-	o, ok := s.Get(p1.Edges[0].Object.Key())
-	if !ok || !maps.Equal(o.Labels, labels) || mapID(o.Labels) == first {
-		t.Errorf("Get: labels %v (shared %v), want %v in a map of its own", o.Labels, mapID(o.Labels) == first, labels)
+}
+
+// labelKeys returns the keys of l in its order.
+func labelKeys(l Labels) []string {
+	var keys []string
+	for k := range l.All() {
+		keys = append(keys, k)
 	}
+	return keys
 }
 
 // TestPageLabelsAfterPairReuse churns rows whose labels are their own, so
 // that label pair ids are reclaimed and reused for other pairs, reading a
 // page after every write: each page shows every row's labels as written,
-// never a map kept for the pair ids' earlier meaning.
+// never labels of the pair ids' earlier meaning.
 func TestPageLabelsAfterPairReuse(t *testing.T) {
 	const (
 		live  = 4
@@ -70,104 +78,13 @@ func TestPageLabelsAfterPairReuse(t *testing.T) {
 			if _, err := fmt.Sscanf(e.Object.Name, "p-%d", &n); err != nil {
 				t.Fatal(err)
 			}
-			if want := row(n).Labels; !maps.Equal(e.Object.Labels, want) {
+			if want := row(n).Labels; !e.Object.Labels.Equal(want) {
 				t.Fatalf("after write %d: %s has labels %v, want %v", i, e.Object.Name, e.Object.Labels, want)
 			}
 		}
 	}
 	if n := s.x.labels.pairs.len(); n > churn {
 		t.Fatalf("label pair id space %d after %d rows of 2 own pairs: the test needs ids reused", n, churn)
-	}
-}
-
-// TestPageLabelsKeptAcrossReclaim churns the labels of a row no page
-// read, so that commits reclaim pair ids nobody paged: the maps pages
-// share survive them.
-func TestPageLabelsKeptAcrossReclaim(t *testing.T) {
-	const churn = 64
-	s, _ := newTestStore(t, WithReplayBuffer(8))
-	mustNoErr(t, s.Upsert(ctxb, pod("c0", "ns0", "a", StatusHealthy, map[string]string{"app": "web"})))
-	q := Query{Filter: Filter{Namespaces: []string{"ns0"}}, Access: &Access{All: true}}
-	p1, err := s.Query(ctxb, q)
-	mustNoErr(t, err)
-	for i := range churn {
-		mustNoErr(t, s.Upsert(ctxb, pod("c0", "ns1", "b", StatusHealthy, map[string]string{"rev": fmt.Sprint(i)})))
-	}
-	if n := s.x.labels.pairs.len(); n >= churn {
-		t.Fatalf("label pair id space %d after %d values: the test needs ids reclaimed", n, churn)
-	}
-	// A new row with the same labels: its Object is built, its Labels map
-	// is the kept one.
-	mustNoErr(t, s.Upsert(ctxb, pod("c0", "ns0", "a2", StatusHealthy, map[string]string{"app": "web"})))
-	p2, err := s.Query(ctxb, q)
-	mustNoErr(t, err)
-	mapID := func(m map[string]string) uintptr { return reflect.ValueOf(m).Pointer() }
-	if len(p1.Edges) != 1 || len(p2.Edges) != 2 || mapID(p1.Edges[0].Object.Labels) != mapID(p2.Edges[1].Object.Labels) {
-		t.Fatalf("the page's Labels map was built again after commits that reclaimed only pairs no page read")
-	}
-}
-
-// pagedLabelRow pages a store of one row labelled app=web, and returns
-// the label-map table and the row, whose map the page kept.
-func pagedLabelRow(t *testing.T) (*pageCache, *objRow) {
-	t.Helper()
-	s, _ := newTestStore(t)
-	mustNoErr(t, s.Upsert(ctxb, pod("c0", "ns0", "a", StatusHealthy, map[string]string{"app": "web"})))
-	p, err := s.Query(ctxb, Query{Access: &Access{All: true}})
-	mustNoErr(t, err)
-	k := p.Edges[0].Object.Key()
-	r := s.x.lookup(&k)
-	if s.x.labels.cache.set(r.labelBytes()) == nil {
-		t.Fatal("the page kept no label map")
-	}
-	return &s.x.labels.cache, r
-}
-
-// TestPageLabelsEpochWrap checks that a label map kept in an epoch is not
-// found again when the epoch counter comes back to it after 2^32 resets.
-func TestPageLabelsEpochWrap(t *testing.T) {
-	c, r := pagedLabelRow(t)
-	c.resetSets()
-	if c.set(r.labelBytes()) != nil {
-		t.Fatal("a label map is found after a reset")
-	}
-	c.epoch = ^uint32(0) - 1 // two resets before the epoch wraps back to 0, the map's
-	c.resetSets()
-	c.resetSets()
-	if c.set(r.labelBytes()) != nil {
-		t.Fatal("a label map kept 2^32 resets ago is found again")
-	}
-}
-
-// TestPageLabelsTable checks the label-map table's two rules that no
-// page exercises for sure: a map is found only by its whole label bytes
-// (a forged entry with the same hash and another set is not returned),
-// and keeping a map evicts an entry of an earlier epoch before a current
-// one.
-func TestPageLabelsTable(t *testing.T) {
-	c, r := pagedLabelRow(t)
-	set := r.labelBytes()
-
-	es, h := c.labelSet(set)
-	saved := [2]pageSet{es[0], es[1]}
-	wrong := map[string]string{"app": "other"}
-	es[0] = pageSet{hash: h, epoch: c.epoch, set: "forged", m: wrong}
-	es[1] = es[0]
-	if m := c.set(set); m != nil {
-		t.Fatalf("a forged entry with the same hash is found: %v", m)
-	}
-	es[0], es[1] = saved[0], saved[1]
-
-	c.resetSets() // the kept map is now of an earlier epoch, in es[0]
-	other := pageSet{hash: h + 1, epoch: c.epoch, set: "current", m: wrong}
-	es[1] = other
-	m := map[string]string{"app": "web"}
-	if got := c.keepSet(r, m); !maps.Equal(got, m) {
-		t.Fatalf("keepSet = %v, want %v", got, m)
-	}
-	if es[1].set != "current" || es[0].set != set || es[0].epoch != c.epoch {
-		t.Errorf("after keepSet the set holds %q (epoch %d) and %q: want the new map first and the current entry kept",
-			es[0].set, es[0].epoch, es[1].set)
 	}
 }
 
@@ -204,10 +121,10 @@ func TestPageObjectsShared(t *testing.T) {
 			t.Errorf("%s: shares the first page's Object %v, want %v", e.Object.Name, e.Object == p1[i].Object, e.Object.Name != "b")
 		}
 	}
-	if o := p3[1].Object; o.Status != StatusUnhealthy || !maps.Equal(o.Labels, b.Labels) {
+	if o := p3[1].Object; o.Status != StatusUnhealthy || !o.Labels.Equal(b.Labels) {
 		t.Errorf("b after its update: %s %v, want %s %v", o.Status, o.Labels, StatusUnhealthy, b.Labels)
 	}
-	if o := p1[1].Object; o.Status != StatusHealthy || o.Labels["app"] != "b" {
+	if o := p1[1].Object; o.Status != StatusHealthy || o.Labels.Get("app") != "b" {
 		t.Errorf("the first page's b changed: %s %v", o.Status, o.Labels)
 	}
 	if o, ok := s.Get(p1[0].Object.Key()); !ok || o == p1[0].Object || o.Name != "a" {
@@ -296,7 +213,7 @@ func TestPageObjectsConcurrent(t *testing.T) {
 					return
 				}
 				for _, e := range p.Edges {
-					if o := e.Object; o.Labels["name"] != o.Name || o.Labels["rev"] != o.Message {
+					if o := e.Object; o.Labels.Get("name") != o.Name || o.Labels.Get("rev") != o.Message {
 						errs <- fmt.Errorf("%s: labels %v with message %q", o.Name, o.Labels, o.Message)
 						return
 					}

@@ -83,8 +83,8 @@ type Page struct {
 
 // Edge is one object of a page.
 type Edge struct {
-	// Object must not be mutated: it and its Labels map are shared with
-	// other pages (see Object).
+	// Object must not be mutated: it is shared with other pages (see
+	// Object).
 	Object *Object
 	// Cursor resumes the query after this object.
 	Cursor string
@@ -278,8 +278,7 @@ func (x *objIndex) pinKey(k *sortKey) {
 //
 // The page's Objects are shared: a row that a recent page returned comes
 // back as the same *Object (see pageCache), so callers read them and
-// never mutate them, Labels included; copy one (and maps.Clone its
-// Labels) to change it.
+// never mutate them; copy one to change it (its Labels are immutable).
 func (s *Store) Query(ctx context.Context, q Query) (*Page, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("index: query: %w", err)

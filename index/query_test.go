@@ -44,16 +44,17 @@ func randomObject(rnd *rand.Rand) Object {
 		Name:      fmt.Sprintf("obj-%02d", rnd.IntN(40)),
 		Status:    Statuses[rnd.IntN(len(Statuses))],
 		CreatedAt: time.Time{},
-		Labels:    map[string]string{},
 	}
 	// Creation time is a property of the key, as it is of a live object.
 	o.CreatedAt = time.Unix(int64(len(o.Cluster+o.Namespace+o.Kind)*7+int(o.Name[len(o.Name)-1])), 0).UTC()
+	labels := map[string]string{}
 	for range rnd.IntN(3) {
-		o.Labels[fmt.Sprintf("k%d", rnd.IntN(3))] = fmt.Sprintf("v%d", rnd.IntN(3))
+		labels[fmt.Sprintf("k%d", rnd.IntN(3))] = fmt.Sprintf("v%d", rnd.IntN(3))
 	}
 	if rnd.IntN(2) == 0 {
-		o.Labels["n"] = fmt.Sprint(rnd.IntN(10))
+		labels["n"] = fmt.Sprint(rnd.IntN(10))
 	}
+	o.Labels = LabelsOf(labels)
 	return o
 }
 

@@ -64,17 +64,18 @@ func (t *LabelTable) Row(i int) []uint32 {
 	return t.Refs[start:t.Ends[i]]
 }
 
-// Map returns row i's labels as Object.Labels holds them (nil for none).
-func (t *LabelTable) Map(i int) map[string]string {
+// Labels returns row i's labels as Object.Labels holds them.
+func (t *LabelTable) Labels(i int) Labels {
 	refs := t.Row(i)
 	if len(refs) == 0 {
-		return nil
+		return Labels{}
 	}
-	m := make(map[string]string, len(refs))
-	for _, r := range refs {
-		m[t.Strings[t.Pairs[r].Key]] = t.Strings[t.Pairs[r].Value]
+	kv := make([]labelKV, len(refs))
+	for j, r := range refs {
+		kv[j] = labelKV{key: t.Strings[t.Pairs[r].Key], value: t.Strings[t.Pairs[r].Value]}
 	}
-	return m
+	sortLabels(kv)
+	return Labels{kv: kv}
 }
 
 // validate checks that t holds the labels of rows: valid indexes, one
@@ -94,7 +95,7 @@ func (t *LabelTable) validate(rows []Object) error {
 		if end < start || int(end) > len(t.Refs) {
 			return fmt.Errorf("%w: %s: labels %d to %d of a label table of %d", ErrInvalidRow, rows[i].Key(), start, end, len(t.Refs))
 		}
-		if rows[i].Labels != nil {
+		if !rows[i].Labels.IsZero() {
 			return fmt.Errorf("%w: %s: labels of its own beside a label table", ErrInvalidRow, rows[i].Key())
 		}
 		refs := t.Refs[start:end]

@@ -2,7 +2,6 @@ package index
 
 import (
 	"errors"
-	"maps"
 	"reflect"
 	"slices"
 	"testing"
@@ -67,8 +66,8 @@ func WithLabelTable(snap ClusterSnapshot) ClusterSnapshot {
 	}
 	rows := slices.Clone(snap.Rows)
 	for i := range rows {
-		for _, k := range slices.Sorted(maps.Keys(rows[i].Labels)) {
-			l := LabelPair{Key: str(k), Value: str(rows[i].Labels[k])}
+		for k, v := range rows[i].Labels.All() {
+			l := LabelPair{Key: str(k), Value: str(v)}
 			ref, ok := refs[l]
 			if !ok {
 				ref = uint32(len(t.Pairs))
@@ -78,7 +77,7 @@ func WithLabelTable(snap ClusterSnapshot) ClusterSnapshot {
 			t.Refs = append(t.Refs, ref)
 		}
 		t.Ends = append(t.Ends, uint32(len(t.Refs)))
-		rows[i].Labels = nil
+		rows[i].Labels = Labels{}
 	}
 	snap.Rows, snap.Labels = rows, t
 	return snap

@@ -207,14 +207,14 @@ func sameFields(o *Object, old *objRow) bool {
 }
 
 // sameLabels reports whether labels are the labels of row r.
-func (x *objIndex) sameLabels(labels map[string]string, r *objRow) bool {
+func (x *objIndex) sameLabels(labels Labels, r *objRow) bool {
 	ls := r.labels()
-	if len(labels) != ls.len() {
+	if labels.Len() != ls.len() {
 		return false
 	}
 	for i := range ls.len() {
 		pid := ls.at(i)
-		if v, ok := labels[x.labels.key(pid)]; !ok || v != x.labels.value(pid) {
+		if v, ok := labels.Lookup(x.labels.key(pid)); !ok || v != x.labels.value(pid) {
 			return false
 		}
 	}
@@ -402,10 +402,10 @@ func validateKey(k Key) error {
 }
 
 // internLabels appends the sorted pair ids of labels to dst.
-func (x *objIndex) internLabels(dst []uint32, labels map[string]string) []uint32 {
+func (x *objIndex) internLabels(dst []uint32, labels Labels) []uint32 {
 	n := len(dst)
-	for k, v := range labels {
-		dst = append(dst, x.labels.intern(k, v))
+	for _, kv := range labels.kv {
+		dst = append(dst, x.labels.intern(kv.key, kv.value))
 	}
 	slices.Sort(dst[n:])
 	return dst
@@ -455,11 +455,11 @@ func (x *objIndex) object(r *objRow) *Object {
 	return o
 }
 
-// fillObject sets *o to the Object of a row, under the read lock, with a
-// Labels map of its own (pages share theirs: pageCache).
+// fillObject sets *o to the Object of a row, under the read lock, with
+// Labels of its own (a page's share an array: pageObjects).
 func (x *objIndex) fillObject(o *Object, r *objRow) {
 	x.fillFields(o, r)
-	o.Labels = x.labels.labelMap(r)
+	o.Labels = x.labels.labelsOfRow(r)
 }
 
 // fillFields sets *o to the Object of a row but for its Labels, under the

@@ -27,7 +27,7 @@ func TestRowParts(t *testing.T) {
 		{
 			Cluster: "c1", Group: "apps", Version: "v1", Kind: "ReplicaSet", Resource: "replicasets", Namespace: "ns-1", Name: "web-5d8f",
 			UID: "0b5c6c0e-7d4a-4c43-9d43-0c1e2b3a4f5d", ResourceVersion: "123456",
-			Labels:    map[string]string{"app": "web", "pod-template-hash": "5d8f"},
+			Labels:    LabelsOf(map[string]string{"app": "web", "pod-template-hash": "5d8f"}),
 			OwnerRefs: []OwnerRef{{Kind: "Deployment", Name: "web"}, {Kind: "Other", Name: "x"}},
 			Summary:   []byte(`{"replicas":3}`),
 			CreatedAt: time.Unix(1_700_000_000, 5).UTC(), UpdatedAt: time.Unix(1_700_000_100, 0).UTC(),
@@ -41,8 +41,8 @@ func TestRowParts(t *testing.T) {
 		{Cluster: "c", Kind: "ConfigMap", Version: "v1", Resource: "configmaps", Name: strings.Repeat("n", 253), UID: "u", ResourceVersion: "1", Summary: []byte("s")},
 		{Cluster: "c", Kind: "ConfigMap", Version: "v1", Resource: "configmaps", Name: "long-uid", UID: strings.Repeat("u", 200), ResourceVersion: "1"},
 		{Cluster: "c", Kind: "ConfigMap", Version: "v1", Resource: "configmaps", Name: "long-rv", UID: "u", ResourceVersion: strings.Repeat("9", 20_000), Summary: []byte("s")},
-		{Cluster: "c", Kind: "ConfigMap", Version: "v1", Resource: "configmaps", Name: "many-labels", UID: "u", Labels: manyLabels(300), Summary: []byte("s")},
-		{Cluster: "c", Kind: "ConfigMap", Version: "v1", Resource: "configmaps", Name: strings.Repeat("m", maxKeyLen-20), UID: strings.Repeat("u", 127), ResourceVersion: strings.Repeat("1", 128), Labels: manyLabels(127)},
+		{Cluster: "c", Kind: "ConfigMap", Version: "v1", Resource: "configmaps", Name: "many-labels", UID: "u", Labels: LabelsOf(manyLabels(300)), Summary: []byte("s")},
+		{Cluster: "c", Kind: "ConfigMap", Version: "v1", Resource: "configmaps", Name: strings.Repeat("m", maxKeyLen-20), UID: strings.Repeat("u", 127), ResourceVersion: strings.Repeat("1", 128), Labels: LabelsOf(manyLabels(127))},
 	}
 	for _, o := range cases {
 		t.Run(o.Name, func(t *testing.T) {
@@ -53,8 +53,8 @@ func TestRowParts(t *testing.T) {
 			if x.keyOf(r) != o.Key() || r.name() != o.Name || r.uid() != o.UID || r.rv() != o.ResourceVersion {
 				t.Fatalf("key %s name %q uid %q rv %q", x.keyOf(r), r.name(), r.uid(), r.rv())
 			}
-			if ls := r.labels(); ls.len() != len(o.Labels) || !slices.IsSorted(r.labelIDs(nil)) {
-				t.Fatalf("%d labels, want %d", ls.len(), len(o.Labels))
+			if ls := r.labels(); ls.len() != o.Labels.Len() || !slices.IsSorted(r.labelIDs(nil)) {
+				t.Fatalf("%d labels, want %d", ls.len(), o.Labels.Len())
 			}
 			start, nameEnd, uidEnd, rvEnd, labelsEnd := r.span()
 			if s2, n2, u2, v2, l2 := r.spanLong(); s2 != start || n2 != nameEnd || u2 != uidEnd || v2 != rvEnd || l2 != labelsEnd {

@@ -1,7 +1,6 @@
 package replication
 
 import (
-	"maps"
 	"slices"
 	"strings"
 
@@ -157,9 +156,8 @@ func rowLabels(dst []label, o *op, i int) []label {
 		slices.SortFunc(dst, func(a, b label) int { return strings.Compare(a.key, b.key) })
 		return dst
 	}
-	labels := o.rows[i].Labels
-	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		dst = append(dst, label{k, labels[k]})
+	for k, v := range o.rows[i].Labels.All() {
+		dst = append(dst, label{k, v})
 	}
 	return dst
 }

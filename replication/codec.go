@@ -412,6 +412,8 @@ type decoder struct {
 	// comparison instead of a hashed lookup.
 	recent [rowStatus + 1]string
 	refs   []uint64 // scratch for a row's label references
+	// labels is scratch for a row's labels, which become its Labels.
+	labels map[string]string
 }
 
 // maxDecoded bounds the size of a decompressed message, so that a small
@@ -708,10 +710,10 @@ func (d *decoder) row(parent *reader, b []byte, tab *index.LabelTable) index.Obj
 			o.UID = string(r.bytes())
 		case rowLabel:
 			k, v := d.pair(&r, r.bytes())
-			if o.Labels == nil {
-				o.Labels = map[string]string{}
+			if d.labels == nil {
+				d.labels = map[string]string{}
 			}
-			o.Labels[k] = v
+			d.labels[k] = v // a key given twice keeps its last value, as it did
 		case rowLabelRef:
 			if tab == nil {
 				r.fail(fmt.Errorf("%w: label references without a label table", errDecode))
@@ -753,6 +755,10 @@ func (d *decoder) row(parent *reader, b []byte, tab *index.LabelTable) index.Obj
 		default:
 			r.skip()
 		}
+	}
+	if len(d.labels) > 0 {
+		o.Labels = index.LabelsOf(d.labels)
+		clear(d.labels)
 	}
 	parent.fail(r.err)
 	return o

@@ -22,7 +22,7 @@ var (
 func testPod(cluster, ns, name string, i int) index.Object {
 	return index.Object{
 		Cluster: cluster, Namespace: ns, Version: "v1", Kind: "Pod", Resource: "pods", Name: name,
-		UID: fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i*7919), Labels: map[string]string{"app": "web", "pod-template-hash": fmt.Sprint(i % 7)},
+		UID: fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i*7919), Labels: index.LabelsOf(map[string]string{"app": "web", "pod-template-hash": fmt.Sprint(i % 7)}),
 		OwnerRefs: []index.OwnerRef{{Kind: "ReplicaSet", Name: "web-" + fmt.Sprint(i%7)}},
 		CreatedAt: t0.Add(-time.Duration(i) * time.Second), UpdatedAt: t0, ResourceVersion: fmt.Sprint(1000 + i),
 		Status: index.StatusHealthy, Message: "", Summary: []byte(`{"phase":"Running","restarts":0}`),
@@ -95,7 +95,7 @@ func roundTrip(t *testing.T, ops []op, snapshot *op, budget int) ([]op, []*envel
 				// Each row's labels as the table gives them: the
 				// comparison with the rows encoded checks every one.
 				for i := range o.rows {
-					o.rows[i].Labels = o.labels.Map(i)
+					o.rows[i].Labels = o.labels.Labels(i)
 				}
 				o.labels = nil
 			}

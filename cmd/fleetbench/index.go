@@ -174,7 +174,7 @@ func indexBench(ctx context.Context, mode string, args []string) error {
 	isQ3 := func(o *index.Object) bool { return o.Kind == "Kustomization" && o.Status == index.StatusUnhealthy }
 	ref := computeReference(fleet, q3.First, map[string]func(*index.Object) bool{
 		"q3": isQ3,
-		"q4": func(o *index.Object) bool { return o.Labels["app"] == "v0" },
+		"q4": func(o *index.Object) bool { return o.Labels.Get("app") == "v0" },
 		"q6a": func(o *index.Object) bool {
 			return isQ3(o) && q6a.Access.Allows(o.Cluster, kust, o.Namespace, o.Name)
 		},

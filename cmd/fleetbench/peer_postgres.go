@@ -245,9 +245,9 @@ func (p *postgresPeer) close() {
 }
 
 // labelList is the typed design's labels column.
-func labelList(l map[string]string) []string {
-	out := make([]string, 0, len(l))
-	for k, v := range l {
+func labelList(l index.Labels) []string {
+	out := make([]string, 0, l.Len())
+	for k, v := range l.All() {
 		out = append(out, k+"="+v)
 	}
 	slices.Sort(out)
@@ -256,17 +256,17 @@ func labelList(l map[string]string) []string {
 
 // jsonDoc is the JSONB design's document, with stolostron's field names.
 type jsonDoc struct {
-	Kind            string            `json:"kind"`
-	APIGroup        string            `json:"apigroup"`
-	APIVersion      string            `json:"apiversion"`
-	KindPlural      string            `json:"kind_plural"`
-	Namespace       string            `json:"namespace"`
-	Name            string            `json:"name"`
-	Status          string            `json:"status"`
-	Message         string            `json:"message,omitempty"`
-	Label           map[string]string `json:"label,omitempty"`
-	Created         string            `json:"created"`
-	ResourceVersion string            `json:"resourceVersion"`
+	Kind            string       `json:"kind"`
+	APIGroup        string       `json:"apigroup"`
+	APIVersion      string       `json:"apiversion"`
+	KindPlural      string       `json:"kind_plural"`
+	Namespace       string       `json:"namespace"`
+	Name            string       `json:"name"`
+	Status          string       `json:"status"`
+	Message         string       `json:"message,omitempty"`
+	Label           index.Labels `json:"label,omitzero"`
+	Created         string       `json:"created"`
+	ResourceVersion string       `json:"resourceVersion"`
 }
 
 func docOf(o *index.Object) jsonDoc {

@@ -145,7 +145,7 @@ func (p *redisPeer) close() {
 	p.d.stop()
 }
 
-func labelString(l map[string]string) string {
+func labelString(l index.Labels) string {
 	return strings.Join(labelList(l), ",")
 }
 
@@ -189,7 +189,7 @@ func (p *redisPeer) load(ctx context.Context, f indextest.Fleet, batch int) erro
 			pipe.SAdd(ctx, "s:n:"+o.Namespace, id)
 			pipe.SAdd(ctx, "s:k:"+o.Kind, id)
 			pipe.SAdd(ctx, "s:ks:"+o.Kind+"/"+string(o.Status), id)
-			for k, v := range o.Labels {
+			for k, v := range o.Labels.All() {
 				pipe.SAdd(ctx, "s:l:"+k+"="+v, id)
 			}
 			pipe.ZAdd(ctx, "z:name", redis.Z{Score: float64(rank[next]), Member: id})

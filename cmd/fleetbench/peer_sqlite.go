@@ -136,7 +136,10 @@ func (p *sqlitePeer) stmt(_ context.Context, name string) (*sql.Stmt, error) {
 	return nil, fmt.Errorf("statement %s is not prepared", name)
 }
 
-func labelsJSON(l map[string]string) string {
+func labelsJSON(l index.Labels) string {
+	if l.IsZero() {
+		return "null" // as a nil map marshaled
+	}
 	b, _ := json.Marshal(l)
 	return string(b)
 }
@@ -186,7 +189,7 @@ func (p *sqlitePeer) insert(ctx context.Context, tx *sql.Tx, rows []index.Object
 			string(o.Status), o.Message, labelsJSON(o.Labels), o.CreatedAt.Unix(), o.ResourceVersion); err != nil {
 			return err
 		}
-		for k, v := range o.Labels {
+		for k, v := range o.Labels.All() {
 			if _, err := lab.ExecContext(ctx, key, k, v); err != nil {
 				return err
 			}
@@ -319,7 +322,7 @@ func (p *sqlitePeer) update(ctx context.Context, objs []index.Object) error {
 		if _, err := unl.ExecContext(ctx, key); err != nil {
 			return errors.Join(err, tx.Rollback())
 		}
-		for k, v := range o.Labels {
+		for k, v := range o.Labels.All() {
 			if _, err := lab.ExecContext(ctx, key, k, v); err != nil {
 				return errors.Join(err, tx.Rollback())
 			}

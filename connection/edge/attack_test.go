@@ -67,7 +67,7 @@ func TestQuotas(t *testing.T) {
 		{"labels per row", ReasonQuota, "labels", func(t *testing.T, c *rawClient) {
 			delta(t, c, row(func(o *index.Object) {
 				for i := range 17 {
-					o.Labels[fmt.Sprint("k", i)] = "v"
+					o.Labels = withLabel(o.Labels, fmt.Sprint("k", i), "v")
 				}
 			}))
 		}},
@@ -75,10 +75,10 @@ func TestQuotas(t *testing.T) {
 			delta(t, c, row(func(o *index.Object) { o.Message = long }))
 		}},
 		{"long label value", ReasonQuota, "value of label", func(t *testing.T, c *rawClient) {
-			delta(t, c, row(func(o *index.Object) { o.Labels["app"] = long }))
+			delta(t, c, row(func(o *index.Object) { o.Labels = withLabel(o.Labels, "app", long) }))
 		}},
 		{"long label key", ReasonQuota, "label key", func(t *testing.T, c *rawClient) {
-			delta(t, c, row(func(o *index.Object) { o.Labels[long] = "v" }))
+			delta(t, c, row(func(o *index.Object) { o.Labels = withLabel(o.Labels, long, "v") }))
 		}},
 		{"long summary", ReasonQuota, "summary", func(t *testing.T, c *rawClient) {
 			delta(t, c, row(func(o *index.Object) { o.Summary = []byte(`{"x":"` + long + `"}`) }))
@@ -114,9 +114,9 @@ func TestQuotas(t *testing.T) {
 			// to hold, and held they cost over 60 KiB.
 			rows := make([]index.Object, 50)
 			for i := range rows {
-				rows[i] = index.Object{Cluster: "edge-c", Namespace: "d", Version: "v1", Kind: "ConfigMap", Resource: "configmaps", Name: fmt.Sprint(i), Labels: map[string]string{}}
+				rows[i] = index.Object{Cluster: "edge-c", Namespace: "d", Version: "v1", Kind: "ConfigMap", Resource: "configmaps", Name: fmt.Sprint(i)}
 				for j := range 16 {
-					rows[i].Labels[fmt.Sprint(j%10, j/10)] = ""
+					rows[i].Labels = withLabel(rows[i].Labels, fmt.Sprint(j%10, j/10), "")
 				}
 			}
 			raws := rawRows(t, rows)
@@ -186,7 +186,7 @@ func (c *rawClient) expectRejectMessage(reason Reason) *Reject {
 // sameRows compares two row lists by key, content and resource version.
 func sameRows(a, b []*index.Object) bool {
 	return slices.EqualFunc(a, b, func(x, y *index.Object) bool {
-		return x.Key() == y.Key() && x.ResourceVersion == y.ResourceVersion && x.Message == y.Message && len(x.Labels) == len(y.Labels)
+		return x.Key() == y.Key() && x.ResourceVersion == y.ResourceVersion && x.Message == y.Message && x.Labels.Len() == y.Labels.Len()
 	})
 }
 

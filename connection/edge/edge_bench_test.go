@@ -43,7 +43,7 @@ func podRows(cluster string, n int) []index.Object {
 		rows[i] = index.Object{
 			Cluster: cluster, Namespace: fmt.Sprintf("team-%d", i%50), Version: "v1", Kind: "Pod", Resource: "pods",
 			Name: fmt.Sprintf("%s-7d9f8c6b5-%05d", app, i), UID: uid[:8] + "-" + uid[8:12] + "-" + uid[12:16] + "-" + uid[16:20] + "-" + uid[20:],
-			Labels:    map[string]string{"app": app, "pod-template-hash": "7d9f8c6b5", "tier": "backend", "version": "v2"},
+			Labels:    index.LabelsOf(map[string]string{"app": app, "pod-template-hash": "7d9f8c6b5", "tier": "backend", "version": "v2"}),
 			OwnerRefs: []index.OwnerRef{{Kind: "ReplicaSet", Name: app + "-7d9f8c6b5"}},
 			CreatedAt: time.Unix(1700000000+int64(i), 0).UTC(), ResourceVersion: fmt.Sprint(100000 + i),
 			Status:  index.StatusHealthy,

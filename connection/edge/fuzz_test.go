@@ -21,7 +21,7 @@ func FuzzDecodeMessage(f *testing.F) {
 	row := func(cluster, name string) json.RawMessage {
 		data, err := json.Marshal(index.Object{
 			Cluster: cluster, Namespace: "ns", Version: "v1", Kind: "Pod", Resource: "pods", Name: name,
-			Labels: map[string]string{"app": "web"}, Status: index.StatusHealthy, CreatedAt: time.Unix(1, 0).UTC(),
+			Labels: index.LabelsOf(map[string]string{"app": "web"}), Status: index.StatusHealthy, CreatedAt: time.Unix(1, 0).UTC(),
 		})
 		if err != nil {
 			f.Fatal(err)

@@ -229,11 +229,18 @@ func testRows(cluster string, n int, rv string) []index.Object {
 		rows[i] = index.Object{
 			Cluster: cluster, Namespace: "default", Version: "v1", Kind: "ConfigMap", Resource: "configmaps",
 			Name: fmt.Sprintf("cm-%05d", i), UID: fmt.Sprintf("uid-%d", i), ResourceVersion: rv,
-			Status: index.StatusHealthy, Labels: map[string]string{"app": "demo", "n": fmt.Sprint(i % 10)},
+			Status: index.StatusHealthy, Labels: index.LabelsOf(map[string]string{"app": "demo", "n": fmt.Sprint(i % 10)}),
 			CreatedAt: time.Unix(1700000000, 0).UTC(),
 		}
 	}
 	return rows
+}
+
+// withLabel returns l with key set to value.
+func withLabel(l index.Labels, key, value string) index.Labels {
+	m := l.Map()
+	m[key] = value
+	return index.LabelsOf(m)
 }
 
 func rawRows(t *testing.T, rows []index.Object) []json.RawMessage {

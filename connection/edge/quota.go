@@ -80,8 +80,8 @@ func quotaf(format string, args ...any) *RejectError {
 // checkRow holds one row to the per-row quotas and returns what it costs
 // to hold decoded (rowCost), which is what the snapshot bound counts.
 func (q *Quotas) checkRow(o *index.Object) (int, error) {
-	if len(o.Labels) > q.LabelsPerRow {
-		return 0, quotaf("row %s has %d labels; at most %d are allowed", o.Key(), len(o.Labels), q.LabelsPerRow)
+	if o.Labels.Len() > q.LabelsPerRow {
+		return 0, quotaf("row %s has %d labels; at most %d are allowed", o.Key(), o.Labels.Len(), q.LabelsPerRow)
 	}
 	cost, over := rowCost(o, q.StringBytes)
 	if over != "" {
@@ -126,11 +126,14 @@ func rowCost(o *index.Object, maxString int) (cost int, over string) {
 	} {
 		str(f.what, "", f.n)
 	}
-	const mapEntry = 2 * int(unsafe.Sizeof("")) // a label's two string headers, before the map's own overhead
-	for k, v := range o.Labels {
+	// A label holds two string headers in Labels, and 16 bytes more are
+	// counted for the map a row's labels are decoded through
+	// (Labels.UnmarshalJSON).
+	const labelEntry = 2 * int(unsafe.Sizeof(""))
+	for k, v := range o.Labels.All() {
 		str("a label key", "", jsonLen(k))
 		str("the value of label ", k, jsonLen(v))
-		cost += mapEntry + 16
+		cost += labelEntry + 16
 	}
 	for _, r := range o.OwnerRefs {
 		str("an owner reference", "", jsonLen(r.Kind))

@@ -16,10 +16,10 @@ import (
 func TestRowCost(t *testing.T) {
 	row := index.Object{
 		Cluster: "c", Namespace: "ns", Version: "v1", Kind: "Pod", Resource: "pods", Name: "web-0",
-		UID: "8a6c2f0e-0000-4000-8000-000000000000", Summary: []byte(`{"phase":"Running"}`), Labels: map[string]string{},
+		UID: "8a6c2f0e-0000-4000-8000-000000000000", Summary: []byte(`{"phase":"Running"}`),
 	}
 	for i := range 10 {
-		row.Labels[fmt.Sprintf("label-%d", i)] = fmt.Sprintf("value-%d", i)
+		row.Labels = withLabel(row.Labels, fmt.Sprintf("label-%d", i), fmt.Sprintf("value-%d", i))
 	}
 	cost, over := rowCost(&row, 64)
 	if over != "" || cost <= len(row.Name)+len(row.UID)+len(row.Summary) {
@@ -29,7 +29,7 @@ func TestRowCost(t *testing.T) {
 		t.Errorf("rowCost allocates %v times a row within the limits, want 0", n)
 	}
 
-	row.Labels["label-3"] = strings.Repeat("x", 65)
+	row.Labels = withLabel(row.Labels, "label-3", strings.Repeat("x", 65))
 	if _, over := rowCost(&row, 64); over != "the value of label label-3 is 65 bytes" {
 		t.Errorf("over = %q, want the value of label label-3 named", over)
 	}

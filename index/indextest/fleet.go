@@ -190,7 +190,7 @@ func (f Fleet) Version(i, v int) index.Object {
 		Resource:        k.Resource,
 		Name:            name,
 		UID:             uid(r.next(), r.next()),
-		Labels:          labels,
+		Labels:          index.LabelsOf(labels),
 		CreatedAt:       time.Unix(baseUnix+int64(i), 0).UTC(),
 		ResourceVersion: strconv.Itoa(1000 + i*16 + v),
 		Status:          status,
@@ -347,7 +347,7 @@ func (f Fleet) NamespaceAccess(clusters, nsPerCluster int) *index.Access {
 // not one (the index skips such a row as unchanged), so churn drivers
 // that count updates as changes must draw them with NextChange.
 func Changed(a, b index.Object) bool {
-	return a.Status != b.Status || a.Message != b.Message || !maps.Equal(a.Labels, b.Labels)
+	return a.Status != b.Status || a.Message != b.Message || !a.Labels.Equal(b.Labels)
 }
 
 // NextChange returns the first version of object i after version v that

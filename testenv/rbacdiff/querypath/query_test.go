@@ -459,7 +459,7 @@ func (f *queryFleet) object(cluster string, k index.Kind, ns, name string, statu
 	return index.Object{
 		Cluster: cluster, Namespace: ns, Group: k.Group, Version: k.Version, Kind: k.Kind, Resource: k.Resource,
 		Name: name, UID: fmt.Sprintf("uid-%s-%s-%s-%s-%s", cluster, k.Group, k.Kind, ns, name), Status: status,
-		Labels: map[string]string{"round": fmt.Sprint(f.round)},
+		Labels: index.LabelsOf(map[string]string{"round": fmt.Sprint(f.round)}),
 	}
 }
 
@@ -785,13 +785,13 @@ func (f *queryFleet) touch() {
 	var all []index.Object
 	for _, c := range queryClusters {
 		for _, o := range f.rows[c.name] {
-			o.Labels = map[string]string{"round": fmt.Sprint(f.round), "touched": "yes"}
+			o.Labels = index.LabelsOf(map[string]string{"round": fmt.Sprint(f.round), "touched": "yes"})
 			all = append(all, o)
 		}
 	}
 	must(f.t, f.store.UpsertBatch(f.ctx, all))
 	b := f.rows[beaconCluster][0]
-	b.Labels = map[string]string{"round": fmt.Sprint(f.round)}
+	b.Labels = index.LabelsOf(map[string]string{"round": fmt.Sprint(f.round)})
 	must(f.t, f.store.Upsert(f.ctx, b))
 }
 

@@ -1,0 +1,196 @@
+package index_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/fleetgraph/fleetgraph/index"
+)
+
+// TestLabels checks that LabelsOf copies a map into key order, and that
+// each accessor answers as the map would.
+func TestLabels(t *testing.T) {
+	m := map[string]string{"tier": "web", "app": "shop", "a.b": "", "app.kubernetes.io/name": "x", "Z": "upper"}
+	src := maps.Clone(m)
+	l := index.LabelsOf(src)
+	src["tier"] = "changed after"
+	if l.Get("tier") != "web" {
+		t.Fatal("changing the map changed its Labels")
+	}
+	want := []string{"Z", "a.b", "app", "app.kubernetes.io/name", "tier"}
+	var keys []string
+	for k, v := range l.All() {
+		keys = append(keys, k)
+		if v != m[k] {
+			t.Errorf("All: %s=%q, want %q", k, v, m[k])
+		}
+	}
+	if !slices.Equal(keys, want) || l.Len() != len(want) {
+		t.Fatalf("keys %q (Len %d), want %q", keys, l.Len(), want)
+	}
+	for i, k := range want {
+		if gk, gv := l.At(i); gk != k || gv != m[k] {
+			t.Errorf("At(%d) = %s=%q, want %s=%q", i, gk, gv, k, m[k])
+		}
+	}
+	for _, k := range []string{"Z", "a.b", "app", "app.kubernetes.io/name", "tier", "", "a", "apq", "zz", "tie"} {
+		v, ok := m[k]
+		if gv, gok := l.Lookup(k); gv != v || gok != ok {
+			t.Errorf("Lookup(%q) = %q, %v, want %q, %v", k, gv, gok, v, ok)
+		}
+		if l.Get(k) != v || l.Has(k) != ok {
+			t.Errorf("Get(%q) = %q, Has = %v, want %q, %v", k, l.Get(k), l.Has(k), v, ok)
+		}
+	}
+	c := l.Map()
+	if !maps.Equal(c, m) {
+		t.Errorf("Map = %v, want %v", c, m)
+	}
+	c["app"] = "mutated"
+	if l.Get("app") != "shop" {
+		t.Error("changing Map's map changed the labels")
+	}
+	if !l.Equal(index.LabelsOf(m)) || l.Equal(index.LabelsOf(c)) || l.Equal(index.Labels{}) {
+		t.Error("Equal does not compare the labels")
+	}
+	if got, want := l.String(), "Z=upper,a.b=,app=shop,app.kubernetes.io/name=x,tier=web"; got != want {
+		t.Errorf("String = %q, want %q", got, want)
+	}
+	for _, empty := range []index.Labels{index.LabelsOf(nil), index.LabelsOf(map[string]string{}), {}} {
+		if empty.Len() != 0 || !empty.IsZero() || empty.Has("") || !empty.Equal(index.Labels{}) || len(empty.Map()) != 0 {
+			t.Errorf("empty labels %v: Len %d", empty, empty.Len())
+		}
+	}
+	sel, err := labels.Parse("app=shop,tier in (web,api),!missing,a.b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sel.Matches(l) || sel.Matches(index.LabelsOf(map[string]string{"app": "shop", "tier": "db", "a.b": ""})) {
+		t.Errorf("selector %s does not match as it does a map", sel)
+	}
+}
+
+// mapObject is Object as it was with a map of labels, for the JSON it
+// gave.
+type mapObject struct {
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels,omitempty"`
+	Status string            `json:"status"`
+}
+
+type labelsObject struct {
+	Name   string       `json:"name"`
+	Labels index.Labels `json:"labels,omitzero"`
+	Status string       `json:"status"`
+}
+
+// jsonLabelCases are label maps whose JSON takes every escape rule:
+// quotes, backslashes, control characters, HTML characters, U+2028 and
+// U+2029, invalid UTF-8, keys that sort differently as bytes than as
+// runes.
+func jsonLabelCases() []map[string]string {
+	cases := []map[string]string{
+		nil, {}, {"app": "web"},
+		{"b": "2", "a\"": "1\\", "ü": "ß", "Z": "<script>&amp;</script>", "\u2028": "\u2029x\u2028"},
+		{"bad\xff": "\xfe\xc3(", "\xed\xa0\x80": "surrogate", "tab\t": "nl\n\r\b\f", "\x7f": "\x00\x01\x1f"},
+		{"é": "1", "z": "2", "\U0001F600": "emoji", "": "empty key"},
+	}
+	var all strings.Builder
+	for c := range 256 {
+		all.WriteByte(byte(c))
+		cases = append(cases, map[string]string{string(rune(c)): string([]byte{byte(c)}), "k" + string([]byte{byte(c)}): "v"})
+	}
+	return append(cases, map[string]string{all.String(): all.String()})
+}
+
+// TestLabelsJSON checks that Labels marshal to the bytes a map of them
+// did (in an Object, omitted when empty; with and without HTML escaping)
+// and unmarshal back to the same labels, and that unmarshaling accepts and
+// rejects what the map did, keeping a duplicate key's last value.
+func TestLabelsJSON(t *testing.T) {
+	for _, m := range jsonLabelCases() {
+		for _, escapeHTML := range []bool{true, false} {
+			want := encodeJSON(t, mapObject{Name: "n", Labels: m, Status: "s"}, escapeHTML)
+			got := encodeJSON(t, labelsObject{Name: "n", Labels: index.LabelsOf(m), Status: "s"}, escapeHTML)
+			if !bytes.Equal(got, want) {
+				t.Errorf("labels %q, escapeHTML %v: JSON\n%s\nwant\n%s", m, escapeHTML, got, want)
+			}
+			if len(m) > 0 {
+				want = encodeJSON(t, m, escapeHTML)
+				if got := encodeJSON(t, index.LabelsOf(m), escapeHTML); !bytes.Equal(got, want) {
+					t.Errorf("labels %q alone, escapeHTML %v: JSON\n%s\nwant\n%s", m, escapeHTML, got, want)
+				}
+			}
+			var back labelsObject
+			if err := json.Unmarshal(want, &back); err != nil {
+				t.Fatal(err)
+			}
+			var backMap mapObject
+			if err := json.Unmarshal(want, &backMap); err != nil {
+				t.Fatal(err)
+			}
+			if !back.Labels.Equal(index.LabelsOf(backMap.Labels)) {
+				t.Errorf("labels %q: unmarshaled %v, want %v", m, back.Labels, backMap.Labels)
+			}
+		}
+	}
+	if got, _ := json.Marshal(index.Labels{}); string(got) != "{}" {
+		t.Errorf("the zero Labels marshal to %s, want {}", got)
+	}
+	for _, in := range []string{
+		`{"a":"1","b":"2","a":"3"}`, `{}`, `null`, `{"a":null}`, `{"\ud800":"\udfff x","b\u00e9":"\u2028"}`, "{\"\xff\":\"\xfe\"}",
+		`{"a":1}`, `{"a":{}}`, `[]`, `"x"`, `{"a":"1"`, `{"a" "1"}`, `true`, `{"a":"\x"}`, `{"a":["b"]}`,
+	} {
+		var m map[string]string
+		mapErr := json.Unmarshal([]byte(in), &m)
+		var l index.Labels
+		err := json.Unmarshal([]byte(in), &l)
+		if (err != nil) != (mapErr != nil) {
+			t.Errorf("%s: error %v, the map's %v", in, err, mapErr)
+			continue
+		}
+		if err == nil && !l.Equal(index.LabelsOf(m)) {
+			t.Errorf("%s: labels %v, the map's %v", in, l, m)
+		}
+	}
+	l := index.LabelsOf(map[string]string{"old": "x"})
+	if err := json.Unmarshal([]byte(`null`), &l); err != nil || !l.IsZero() {
+		t.Errorf("null: labels %v, %v, want none (as a map is set to nil)", l, err)
+	}
+}
+
+// FuzzLabelsJSON checks that one label marshals as a map of it did.
+func FuzzLabelsJSON(f *testing.F) {
+	for _, m := range jsonLabelCases() {
+		for k, v := range m {
+			f.Add(k, v)
+		}
+	}
+	f.Fuzz(func(t *testing.T, k, v string) {
+		m := map[string]string{k: v, "a": v, "z": k}
+		for _, escapeHTML := range []bool{true, false} {
+			want := encodeJSON(t, mapObject{Labels: m}, escapeHTML)
+			if got := encodeJSON(t, labelsObject{Labels: index.LabelsOf(m)}, escapeHTML); !bytes.Equal(got, want) {
+				t.Errorf("labels %q, escapeHTML %v: JSON\n%s\nwant\n%s", m, escapeHTML, got, want)
+			}
+		}
+	})
+}
+
+// encodeJSON encodes v as an Encoder does, escaping HTML or not.
+func encodeJSON(t testing.TB, v any, escapeHTML bool) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(escapeHTML)
+	if err := enc.Encode(v); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
