@@ -81,10 +81,12 @@ const pageObjectsBytes = 2 * 2 * pageObjectSets * int(unsafe.Sizeof(Object{}))
 //
 // The Labels of the rows it builds share one array, in the page's order,
 // each row's sorted by key: one allocation for the page, where a map per
-// row cost two and a hashed insert per label (2.6 µs of compare's 22 µs
-// Q2 page of about 4 new rows at 1M objects), and a table of maps by
-// label set, kept so that rows with equal labels shared one, cost another
-// 2.5 µs to look up and fill, since on such a page every set is new.
+// row cost two and a hashed insert per label, and a table of maps by
+// label set, kept so that rows with equal labels shared one, cost as much
+// again to look up and fill, since on a page of random rows every set is
+// new. On compare's Q2 page (about 4 new rows at 1M objects) that took
+// pageObjects from 11.8 to 6.8 µs of CPU and the page from 34 to 27
+// allocations (profiles, loaded machine).
 func (x *objIndex) pageObjects(edges []Edge, rows []*objRow) {
 	c := &x.labels.cache
 	var missBuf [128]int32
