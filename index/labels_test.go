@@ -96,7 +96,9 @@ type labelsObject struct {
 // runes.
 func jsonLabelCases() []map[string]string {
 	cases := []map[string]string{
-		nil, {}, {"app": "web"},
+		nil,
+		{},
+		{"app": "web"},
 		{"b": "2", "a\"": "1\\", "ü": "ß", "Z": "<script>&amp;</script>", "\u2028": "\u2029x\u2028"},
 		{"bad\xff": "\xfe\xc3(", "\xed\xa0\x80": "surrogate", "tab\t": "nl\n\r\b\f", "\x7f": "\x00\x01\x1f"},
 		{"é": "1", "z": "2", "\U0001F600": "emoji", "": "empty key"},
