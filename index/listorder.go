@@ -119,7 +119,7 @@ func (t *listOrders) removed(p *postings, r *objRow, gen uint32) {
 	if p.len() < max(t.min/2, 1) {
 		// The order may be queued for a flush: empty, it flushes to
 		// nothing, and no reader finds it.
-		*o = nameOrder{x: o.x, dead: map[uint64]struct{}{}}
+		*o = nameOrder{x: o.x, dead: map[uint64]deadRow{}}
 		t.orders[p.ord-1] = nil
 		t.free = append(t.free, p.ord-1)
 		p.ord = 0

@@ -27,28 +27,23 @@ import (
 //
 // Removing a row leaves its item in place. An item names its row by id and
 // the id's generation (objIndex.gens, bumped when an id is freed), and is
-// dead while the dead map holds that pair. No comparison reads a dead
-// item, so it holds nothing of its row: merges drop dead items, walks
-// step over them, and a seek's binary search gives a dead item the answer
-// of the next live item of its run (see searchLive). Dead items that no
-// merge met are dropped from the runs once they are a quarter of all
-// items. (The dead map used to keep the removed row for comparisons, and
-// with it the row's data, owners and message until the compaction, which
-// can be far beyond the change feed's window: review-s9-b L9.) Items are
-// pointer-free, so the garbage collector does not scan the runs (a million
-// pointers less to mark).
+// dead while the dead map holds that pair, with the removed row's key for
+// comparisons; walks skip dead items, and once dead items are a quarter of
+// all items they are dropped from the runs. Items are pointer-free, so the
+// garbage collector does not scan the runs (a million pointers less to
+// mark).
 //
 // Merges happen under the Store's write lock, which is why runs stop
 // growing at maxMergedRun: merging two runs of half a million rows took
 // 100–400 ms here, a stall no reader should wait behind.
 type nameOrder struct {
 	x       *objIndex
-	runs    [][]nameItem        // each sorted, each more than twice as long as the next
-	pending []nameItem          // inserted by the write in progress
-	items   int                 // items in runs, live or dead
-	dead    map[uint64]struct{} // rowGen of the dead items
-	deadIDs []uint64            // bit per row id (masked by idMask) that has or had a dead item since the last compaction
-	idMask  uint32              // ^0 for the whole order; a list's order folds ids into a small filter
+	runs    [][]nameItem // each sorted, each more than twice as long as the next
+	pending []nameItem   // inserted by the write in progress
+	items   int          // items in runs, live or dead
+	dead    map[uint64]deadRow
+	deadIDs []uint64 // bit per row id (masked by idMask) that has or had a dead item since the last compaction
+	idMask  uint32   // ^0 for the whole order; a list's order folds ids into a small filter
 	// minCompact is the fewest dead items that compact (with a quarter
 	// of all items).
 	minCompact int
@@ -68,6 +63,16 @@ type nameItem struct {
 	gen uint32
 }
 
+// deadRow keeps what comparing a dead item needs, by rowGen: the removed
+// row and its namespace, whose id the dictionary may give another
+// namespace before the item goes (cluster ids are never reused, and a
+// kindInfo never changes). It keeps the row alive until the next
+// compaction, as the feed's events do for a while anyway.
+type deadRow struct {
+	r  *objRow
+	ns string
+}
+
 func rowGen(rid, gen uint32) uint64 { return uint64(rid)<<32 | uint64(gen) }
 
 // nameSeek is a position to seek: a name prefix and a key.
@@ -76,68 +81,61 @@ type nameSeek struct {
 	key Key
 }
 
-// compare orders live items by name, then key. Most comparisons are
-// decided by the prefixes, without loading rows.
+// rowOf returns the row of an item, live or dead, and for a dead one its
+// namespace (see deadRow).
+func (o *nameOrder) rowOf(it *nameItem) (r *objRow, ns string, live bool) {
+	if o.live(it) {
+		return o.x.rows[it.rid], "", true
+	}
+	d := o.dead[rowGen(it.rid, it.gen)]
+	return d.r, d.ns, false
+}
+
+// itemKey returns the key of an item's row from what rowOf returned.
+func (o *nameOrder) itemKey(r *objRow, ns string, live bool) Key {
+	k := o.x.keyOf(r)
+	if !live {
+		k.Namespace = ns
+	}
+	return k
+}
+
+// compare orders items by name, then key. Most comparisons are decided by
+// the prefixes, without loading rows.
 func (o *nameOrder) compare(a, b *nameItem) int { return compareItems(o, a, o, b) }
 
-// compareItems orders live item a of order ao and live item b of order
-// bo, orders of one index.
+// compareItems orders item a of order ao and item b of order bo, orders
+// of one index.
 func compareItems(ao *nameOrder, a *nameItem, bo *nameOrder, b *nameItem) int {
 	if c := a.pfx.compare(b.pfx); c != 0 {
 		return c
 	}
-	ar, br := ao.x.rows[a.rid], bo.x.rows[b.rid]
+	ar, ans, alive := ao.rowOf(a)
+	br, bns, blive := bo.rowOf(b)
 	if c := strings.Compare(ar.name(), br.name()); c != 0 {
 		return c
 	}
-	return ao.x.compareRows(ar, br)
+	if alive && blive {
+		return ao.x.compareRows(ar, br)
+	}
+	ak, bk := ao.itemKey(ar, ans, alive), bo.itemKey(br, bns, blive)
+	return compareKeys(&ak, &bk)
 }
 
-// compareSeek orders a live item against a seek position.
+// compareSeek orders an item against a seek position.
 func (o *nameOrder) compareSeek(a *nameItem, s *nameSeek) int {
 	if c := a.pfx.compare(s.pfx); c != 0 {
 		return c
 	}
-	r := o.x.rows[a.rid]
+	r, ns, live := o.rowOf(a)
 	if c := strings.Compare(r.name(), s.key.Name); c != 0 {
 		return c
 	}
-	return o.x.compareRowKey(r, &s.key)
-}
-
-// searchLive is sort.Search over run for a predicate f of live items that
-// is false, then true: a dead item takes the answer of the next live item
-// of the run (true when none follows), which keeps the predicate monotone
-// without asking it of a dead item. A stretch of dead items costs a step
-// each; compaction bounds them to a quarter of the items.
-func (o *nameOrder) searchLive(run []nameItem, f func(*nameItem) bool) int {
-	return sort.Search(len(run), func(j int) bool {
-		for ; j < len(run); j++ {
-			if o.live(&run[j]) {
-				return f(&run[j])
-			}
-		}
-		return true
-	})
-}
-
-// skipDead returns the index of the first live item of run from pos on,
-// walking down when desc, or an index outside run when there is none.
-func (o *nameOrder) skipDead(run []nameItem, pos int, desc bool) int {
-	for pos >= 0 && pos < len(run) && !o.live(&run[pos]) {
-		if desc {
-			pos--
-		} else {
-			pos++
-		}
+	if live {
+		return o.x.compareRowKey(r, &s.key)
 	}
-	return pos
-}
-
-// drop forgets dead item it, which a merge leaves out of its run.
-func (o *nameOrder) drop(it *nameItem) {
-	delete(o.dead, rowGen(it.rid, it.gen))
-	o.items--
+	k := o.itemKey(r, ns, false)
+	return compareKeys(&k, &s.key)
 }
 
 // namePfx is the first 16 bytes of a name as two big-endian numbers,
@@ -159,7 +157,7 @@ func (p namePfx) compare(q namePfx) int {
 }
 
 func newNameOrder(x *objIndex) *nameOrder {
-	return &nameOrder{x: x, dead: map[uint64]struct{}{}, idMask: ^uint32(0), minCompact: 1024, maxRun: maxMergedRun}
+	return &nameOrder{x: x, dead: map[uint64]deadRow{}, idMask: ^uint32(0), minCompact: 1024, maxRun: maxMergedRun}
 }
 
 // live reports whether it is the item of a stored row (of the list, for
@@ -209,7 +207,7 @@ func (o *nameOrder) remove(r *objRow) {
 
 // removeID records that row r, of generation gen, leaves the order.
 func (o *nameOrder) removeID(r *objRow, gen uint32) {
-	o.dead[rowGen(r.rid, gen)] = struct{}{}
+	o.dead[rowGen(r.rid, gen)] = deadRow{r: r, ns: o.x.namespaces.str(r.nsid)}
 	id := r.rid & o.idMask
 	w := int(id >> 6)
 	if w >= len(o.deadIDs) {
@@ -267,20 +265,14 @@ func (o *nameOrder) addPending() {
 // copies of each item in a list's order.
 const smallRun = 256
 
-// mergeInto merges the sorted live items of src into the sorted run dst,
-// in place from the end, dropping the dead items of dst that it passes,
-// and returns the grown run. Readers never see a run while a write
-// changes it: they hold the Store's read lock, and a walk that pauses
-// seeks again.
+// mergeInto merges the sorted items of src into the sorted run dst, in
+// place from the end, and returns the grown run. Readers never see a run
+// while a write changes it: they hold the Store's read lock, and a walk
+// that pauses seeks again.
 func (o *nameOrder) mergeInto(dst, src []nameItem) []nameItem {
 	i, j := len(dst)-1, len(src)-1
 	dst = slices.Grow(dst, len(src))[:len(dst)+len(src)]
-	k := len(dst) - 1
-	for ; j >= 0; k-- {
-		for i >= 0 && !o.live(&dst[i]) {
-			o.drop(&dst[i])
-			i--
-		}
+	for k := len(dst) - 1; j >= 0; k-- {
 		if i >= 0 && o.compare(&dst[i], &src[j]) > 0 {
 			dst[k] = dst[i]
 			i--
@@ -288,11 +280,6 @@ func (o *nameOrder) mergeInto(dst, src []nameItem) []nameItem {
 			dst[k] = src[j]
 			j--
 		}
-	}
-	// dst[:i+1] stayed in place; the items it dropped left a gap after it.
-	if gap := k - i; gap > 0 {
-		copy(dst[i+1:], dst[k+1:])
-		dst = dst[:len(dst)-gap]
 	}
 	return dst
 }
@@ -321,8 +308,7 @@ func (o *nameOrder) compact() {
 	clear(o.deadIDs)
 }
 
-// merge returns the sorted union of the live items of runs, and drops
-// their dead items.
+// merge returns the sorted union of runs.
 func (o *nameOrder) merge(runs [][]nameItem) []nameItem {
 	n := 0
 	for _, r := range runs {
@@ -333,10 +319,6 @@ func (o *nameOrder) merge(runs [][]nameItem) []nameItem {
 	for {
 		best := -1
 		for i, r := range runs {
-			for heads[i] < len(r) && !o.live(&r[heads[i]]) {
-				o.drop(&r[heads[i]])
-				heads[i]++
-			}
 			if heads[i] < len(r) && (best < 0 || o.compare(&r[heads[i]], &runs[best][heads[best]]) < 0) {
 				best = i
 			}
@@ -380,9 +362,9 @@ func walkOrders(orders []*nameOrder, pivot *nameSeek, within *pfxRange, desc boo
 			case pivot == nil:
 				pos = len(r) - 1
 			case !desc:
-				pos = o.searchLive(r, func(it *nameItem) bool { return o.compareSeek(it, pivot) >= 0 })
+				pos = sort.Search(len(r), func(j int) bool { return o.compareSeek(&r[j], pivot) >= 0 })
 			default:
-				pos = o.searchLive(r, func(it *nameItem) bool { return o.compareSeek(it, pivot) > 0 }) - 1
+				pos = sort.Search(len(r), func(j int) bool { return o.compareSeek(&r[j], pivot) > 0 }) - 1
 			}
 			switch {
 			case within == nil:
@@ -391,8 +373,7 @@ func walkOrders(orders []*nameOrder, pivot *nameSeek, within *pfxRange, desc boo
 			default:
 				pos = min(pos, sort.Search(len(r), func(j int) bool { return r[j].pfx.compare(within.hi) > 0 })-1)
 			}
-			// Heads are live items: the heap compares them.
-			if pos = o.skipDead(r, pos, desc); pos >= 0 && pos < len(r) {
+			if pos >= 0 && pos < len(r) {
 				m.heads = append(m.heads, runHead{o: o, run: r, pos: pos})
 			}
 		}
@@ -409,13 +390,13 @@ func walkOrders(orders []*nameOrder, pivot *nameSeek, within *pfxRange, desc boo
 		} else {
 			h.pos++
 		}
-		if h.pos = o.skipDead(h.run, h.pos, desc); h.pos < 0 || h.pos >= len(h.run) {
+		if h.pos < 0 || h.pos >= len(h.run) {
 			last := len(m.heads) - 1
 			m.heads[0] = m.heads[last]
 			m.heads = m.heads[:last]
 		}
 		m.down(0)
-		if !visit(it.rid) {
+		if o.live(it) && !visit(it.rid) {
 			return
 		}
 	}

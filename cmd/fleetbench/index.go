@@ -287,10 +287,6 @@ func indexBench(ctx context.Context, mode string, args []string) error {
 	if err != nil {
 		return fmt.Errorf("churn: %w", err)
 	}
-	// What the churn left: old rows that the change feed's events and the
-	// name orders' dead items still hold (review-s9-b L9).
-	logf("heap after the churn: %.0f bytes/object", float64(measure.LiveHeap()-heapBefore)/float64(n))
-	runtime.KeepAlive(s)
 	fmt.Printf("index: objects=%d ingest_per_s=%.0f heap_bytes_per_object=%.0f q1_p99_us=%s q2_p99_us=%s q3_p99_us=%s q4_p99_us=%s q5_p99_us=%s q6a_p99_us=%s q6b_p99_us=%s churn_q3_p99_us=%s churn_changes_per_s=%.0f gc_headroom=%s %s\n",
 		n, float64(n)/ingest.Seconds(), float64(heap)/float64(n),
 		us(results["q1"]), us(results["q2"]), us(results["q3"]), us(results["q4"]), us(results["q5"]),
