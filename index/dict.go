@@ -650,12 +650,10 @@ type pairKV struct{ kid, vid uint32 }
 //
 // Building Labels reads each label's pair, a random load in a table of
 // about 54 MB at 1M objects, so mostly a cache miss; work between two of
-// them (a map insert, when Labels were maps) keeps the processor from
-// starting the next before the last has arrived. This loop does nothing
-// else, so its loads overlap: a page gathers the pairs of all its new rows
-// first, then builds their Labels from dst (labelsOf). On compare's Q2
-// page at 1M objects (3.7 random rows, about 20 labels) that took the
-// label maps from 6.4-8.2 to 4.3-6.4 µs of CPU (profiles, loaded machine).
+// them keeps the processor from starting the next before the last has
+// arrived. This loop does nothing else, so its loads overlap: a page
+// gathers the pairs of all its new rows first, then builds their Labels
+// from dst (labelsOf).
 func (d *labelDict) appendPairs(dst []pairKV, r *objRow) []pairKV {
 	ls := r.labels()
 	for i := range ls.len() {

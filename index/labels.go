@@ -33,9 +33,13 @@ type Labels struct {
 // labelKV is one label of a Labels.
 type labelKV struct{ key, value string }
 
-// Labels satisfies the selector's interface, so that
-// sel.Matches(o.Labels) needs no conversion.
-var _ labels.Labels = Labels{}
+// Labels satisfies the selector's interface, so that sel.Matches(&o.Labels)
+// needs no conversion. Pass a pointer: a Labels value in an interface is
+// copied to the heap, an allocation per call.
+var (
+	_ labels.Labels = Labels{}
+	_ labels.Labels = (*Labels)(nil)
+)
 
 // LabelsOf returns the labels of m, a copy (the strings are shared). A nil
 // or empty m gives the zero Labels.

@@ -106,7 +106,7 @@ func (m *Matcher) passes(o *Object) bool {
 	if m.clusterSel != nil && !m.clusterSel.Matches(labels.Set(m.clusterLabels(o.Cluster))) {
 		return false
 	}
-	return m.sel == nil || m.sel.Matches(o.Labels)
+	return m.sel == nil || m.sel.Matches(&o.Labels) // a pointer: a Labels value would be boxed, an allocation per event
 }
 
 // Classify returns how an object event looks through the matcher: an

@@ -1,6 +1,9 @@
 package index
 
-import "iter"
+import (
+	"fmt"
+	"iter"
+)
 
 // nsTable holds a cluster's rows by namespace (clusterAgg.nss): an
 // open-addressing table of (namespace id, *nsAgg) slots with linear
@@ -86,13 +89,17 @@ func (t *nsTable) grow() {
 	}
 }
 
-// delete removes namespace nsid, which the table holds. The slots after
+// delete removes namespace nsid, which the table must hold (it panics
+// rather than loop at the first empty slot otherwise). The slots after
 // it in its probe run move back (no tombstones), so a get stops at the
 // first empty slot.
 func (t *nsTable) delete(nsid uint32) {
 	mask := len(t.slots) - 1
 	i := t.home(nsid)
 	for t.slots[i].nsid != nsid || t.slots[i].na == nil {
+		if t.slots[i].na == nil {
+			panic(fmt.Sprintf("index: nsTable.delete of namespace id %d, which it does not hold", nsid))
+		}
 		i = (i + 1) & mask
 	}
 	t.slots[i] = nsSlot{}

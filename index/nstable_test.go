@@ -3,6 +3,7 @@ package index
 import (
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // TestNSTable runs random puts and deletes on a cluster's namespace table
@@ -57,5 +58,28 @@ func TestNSTable(t *testing.T) {
 				t.Errorf("%d of %d slots used", tab.n, len(tab.slots))
 			}
 		})
+	}
+}
+
+// TestNSTableDeleteAbsent: deleting an id the table does not hold panics
+// at the first empty slot of its probe run rather than loop (under the
+// store's write lock) over a table that always has one.
+func TestNSTableDeleteAbsent(t *testing.T) {
+	var tb nsTable
+	for id := uint32(1); id <= 5; id++ {
+		tb.put(id, &nsAgg{})
+	}
+	done := make(chan any, 1)
+	go func() {
+		defer func() { done <- recover() }()
+		tb.delete(99)
+	}()
+	select {
+	case r := <-done:
+		if r == nil {
+			t.Fatal("delete of an absent id returned without a panic")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("delete of an absent id did not return in a minute: it loops")
 	}
 }

@@ -32,9 +32,9 @@ import (
 // RemoveCluster drops every kept Object (dropObjects), so that an
 // offboarded cluster's rows do not stay.
 //
-// There is no cache of labels by label set any more: Labels are built
-// from the dictionary's strings into the page's one array, which costs
-// less than the lookup in a table of label sets did (see pageObjects).
+// Labels are built from the dictionary's strings into the page's one
+// array (see pageObjects); rows that share a label set share strings, not
+// arrays.
 //
 // Reads hold the Store's read lock and may run at once, so pageCache has
 // its own mutex: a page whose rows are all kept takes it once; a page

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -314,6 +315,10 @@ func compareInChild(ctx context.Context, exe string, fs *flag.FlagSet, o compare
 		return nil, err
 	}
 	if err := runChild(ctx, exe, args); err != nil {
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) && !ee.Exited() {
+			// Killed by a signal (the OOM killer at 1M, say): it printed no error.
+			return nil, fmt.Errorf("the size's process: %w (killed by a signal; if by the OOM killer, the kernel log says so)", err)
+		}
 		return nil, fmt.Errorf("the size's process: %w (its error is above)", err)
 	}
 	res, err := readSizeResult(resultPath)
