@@ -24,9 +24,13 @@ import (
 // one array beside it, which stay alive while any of them is kept, so the
 // table also counts the bytes of the slabs it keeps alive and drops every
 // entry when they pass pageObjectsBytes (when evictions left many slabs
-// nearly unused). So the cache's own memory is about 5 MB at most (the
-// table, up to 4.9 MB of Objects, and their labels), but it bounds rows,
-// not bytes: a kept Object keeps its row's data, owner references and
+// nearly unused). So the cache's own memory is about 5 MB (the table and
+// up to 4.9 MB of Objects) plus the label arrays of the pages whose
+// Objects it keeps, which it does not count (see objSlab.bytes): on the
+// synthetic fleet about as many bytes again, but one kept Object keeps its
+// whole page's array, so rows of many labels (128 labels are 4 KB of
+// array a row) can make that tens of MB. Beyond that it bounds rows, not
+// bytes: a kept Object keeps its row's data, owner references and
 // message alive until dropped, updated or deleted rows' too (about 16,000
 // rows, 10-15 MB on the synthetic fleet, more with large rows).
 // RemoveCluster drops every kept Object (dropObjects), so that an
@@ -62,9 +66,10 @@ type objSlab struct {
 	kept int
 }
 
-// bytes returns the size of the slab's Objects. Their labels (about as
-// many bytes again on the synthetic fleet) are not counted: they follow
-// the Objects, as the Labels maps the Objects held did.
+// bytes returns the size of the slab's Objects. Their page's label array
+// (about as many bytes again on the synthetic fleet, 32 bytes a label) is
+// not counted: it follows the Objects, as the Labels maps they held did,
+// and stays alive while any of them is kept (review-s10-index L6).
 func (s *objSlab) bytes() int { return len(s.objs) * int(unsafe.Sizeof(Object{})) }
 
 // pageObjectSets is the number of sets of the Objects' table (8,192
