@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/fleetgraph/fleetgraph/collector"
+	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/internal/retry"
 )
 
@@ -134,7 +135,10 @@ type AgentOptions struct {
 	// MaxResyncParts caps the parts of a periodic full resync the edge
 	// keeps unacknowledged; 0 leaves the cap at the manager's window less
 	// one. Below the cap the edge adapts how many to the round trip
-	// (partWindow): about two on a LAN, more on a long link.
+	// (partWindow): about two on a LAN, more on a long link. The cap is
+	// never below two (a 1 acts as 2), which also holds against a manager
+	// whose window is 2 or less; there a resync's parts can take every
+	// slot, and a delta between them waits for an ack.
 	MaxResyncParts int
 	// TLS configures wss:// connections; nil means the system roots.
 	TLS *tls.Config
@@ -174,6 +178,35 @@ type Agent struct {
 	// budgetSpent: the last snapshot spent its delta budget; owned by the
 	// goroutine that runs sessions, one at a time (Run).
 	budgetSpent bool
+	// overQuotaLogged holds the kinds of problem (a row's group and kind,
+	// and the quota) already logged by noteOverQuota; owned, like
+	// budgetSpent, by the goroutine that runs sessions.
+	overQuotaLogged map[overQuotaProblem]bool
+}
+
+// overQuotaProblem is one kind of problem noteOverQuota logs once: rows
+// of one kind over one quota.
+type overQuotaProblem struct {
+	group, kind, quota string
+}
+
+// noteOverQuota counts a row not sent because it is over one of the
+// manager's per-row quotas, and logs the first row of each kind over each
+// quota: a resync sends every row again, so a line per row would repeat
+// every resync for as long as the object exists. AgentStats.OverQuota
+// keeps counting (each resync counts the row again).
+func (a *Agent) noteOverQuota(row *index.Object, over *rowOverQuota) {
+	a.stats.overQuota.Add(1)
+	p := overQuotaProblem{group: row.Group, kind: row.Kind, quota: over.quota}
+	if a.overQuotaLogged[p] {
+		return
+	}
+	if a.overQuotaLogged == nil {
+		a.overQuotaLogged = map[overQuotaProblem]bool{}
+	}
+	a.overQuotaLogged[p] = true
+	a.log.Error("a row over the manager's per-row quota is not sent; the manager does not show it (logged once per kind and quota, counted in AgentStats.OverQuota)",
+		"group", row.Group, "kind", row.Kind, "quota", over.quota, "err", over.reject.Message)
 }
 
 // noteDeltaBudget logs when snapshots start to spend their delta budget
@@ -194,6 +227,7 @@ func (a *Agent) noteDeltaBudget(spent bool, snapshot uint64, allowance int) {
 // agentCounters are the agent's running totals.
 type agentCounters struct {
 	sessions, rejects, messages, bytes, snapshots, parts, rows, tooBig atomic.Uint64
+	overQuota                                                          atomic.Uint64
 	deltasInSnapshot                                                   atomic.Uint64
 	deltaBudgetSpent                                                   atomic.Uint64
 	mostPartsInFlight                                                  atomic.Uint64
@@ -208,6 +242,11 @@ type AgentStats struct {
 	Snapshots, Parts, Rows uint64 // snapshots sent, their parts, rows in them
 	Coalesced, Overflows   uint64 // changes merged in the buffer; buffer overflows
 	TooBig                 uint64 // rows dropped because no message could carry them
+	// OverQuota counts rows not sent because they are over one of the
+	// manager's per-row quotas (Welcome.MaxLabelsPerRow, MaxStringBytes):
+	// sent, they would end the session. A row is counted each time it is
+	// not sent (each resync), and logged once per kind and quota.
+	OverQuota uint64
 	// DeltasInSnapshot counts deltas sent between the parts of a
 	// snapshot (FeatureDeltasInSnapshot).
 	DeltasInSnapshot uint64
@@ -318,7 +357,7 @@ func (a *Agent) Stats() AgentStats {
 	s := &a.stats
 	return AgentStats{
 		Sessions: s.sessions.Load(), Rejects: s.rejects.Load(), Messages: s.messages.Load(), Bytes: s.bytes.Load(),
-		Snapshots: s.snapshots.Load(), Parts: s.parts.Load(), Rows: s.rows.Load(), TooBig: s.tooBig.Load(),
+		Snapshots: s.snapshots.Load(), Parts: s.parts.Load(), Rows: s.rows.Load(), TooBig: s.tooBig.Load(), OverQuota: s.overQuota.Load(),
 		DeltasInSnapshot: s.deltasInSnapshot.Load(), DeltaBudgetSpent: s.deltaBudgetSpent.Load(), MostPartsInFlight: s.mostPartsInFlight.Load(), Coalesced: a.buf.coalesced.Load(), Overflows: a.buf.overflows.Load(), LastReject: s.lastReject.Load(),
 	}
 }
@@ -405,7 +444,8 @@ func (a *Agent) currentMetadata() map[string]string {
 }
 
 // connectLoop runs sessions until ctx ends, with jittered exponential
-// backoff between them; a session that was welcomed resets the backoff.
+// backoff between them; a session that was welcomed resets the backoff,
+// unless it ended over what the edge sent (refusesData).
 func (a *Agent) connectLoop(ctx context.Context) {
 	backoff := retry.New(retry.Reconnect(a.opts.BackoffInitial, a.opts.BackoffMax), nil)
 	for ctx.Err() == nil {
@@ -413,7 +453,7 @@ func (a *Agent) connectLoop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if welcomed {
+		if welcomed && !refusesData(err) {
 			backoff.Reset()
 		}
 		wait := backoff.Next()
@@ -427,6 +467,28 @@ func (a *Agent) connectLoop(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// refusesData reports whether a session ended with a reject over the data
+// the edge sent (a row over a quota, a snapshot too large, a message the
+// manager found invalid or malformed, a row of another cluster). The next
+// session sends the same data, from a full snapshot, and would end the
+// same way, so the backoff is not reset: it keeps growing to BackoffMax.
+// Reset, a welcomed session's next try came after BackoffInitial (about
+// 0.5 s) every time, and the manager decoded the cluster's whole snapshot
+// twice a second (review-s10 H1). The edge skips the rows the manager's
+// per-row quotas refuse, so this only matters if the two sides' checks
+// ever disagree.
+func refusesData(err error) bool {
+	rej := asReject(err)
+	if rej == nil {
+		return false
+	}
+	switch rej.Reason {
+	case ReasonQuota, ReasonOversize, ReasonInvalid, ReasonMalformed, ReasonWrongCluster:
+		return true
+	}
+	return false
 }
 
 // session dials the manager, says hello, and streams until the session

@@ -58,6 +58,10 @@ type agentSession struct {
 	// between one snapshot's parts (Welcome.MaxSnapshotDeltaBytes); each
 	// snapshot's deltaBudget is half of it.
 	deltaAllowance int
+	// quotas are the manager's per-row quotas (Welcome.MaxLabelsPerRow,
+	// MaxStringBytes; the defaults when it announces none): rows over
+	// them are not sent (overQuota).
+	quotas Quotas
 }
 
 func newAgentSession(a *Agent, conn *conn, w *Welcome) *agentSession {
@@ -68,6 +72,7 @@ func newAgentSession(a *Agent, conn *conn, w *Welcome) *agentSession {
 		began: time.Now(), parts: newPartWindow(w.Window, a.opts.MaxResyncParts),
 		deltasInSnapshot: slices.Contains(w.Features, FeatureDeltasInSnapshot),
 		deltaAllowance:   w.MaxSnapshotDeltaBytes,
+		quotas:           rowQuotas(w),
 	}
 	if s.deltaAllowance <= 0 {
 		s.deltaAllowance = LegacyMaxSnapshotDeltaBytes
@@ -267,7 +272,7 @@ func (b *deltaBudget) fits(k index.Key, row *index.Object) bool {
 	}
 	rowBytes := 0
 	if row != nil {
-		rowBytes, _ = rowCost(row, math.MaxInt)
+		rowBytes, _, _ = rowCost(row, math.MaxInt)
 	}
 	cost := writeCost(k, row, rowBytes)
 	old := b.keys[k]
@@ -395,7 +400,11 @@ func (s *agentSession) sendSnapshot(ctx context.Context, kind snapshotKind, kind
 			return err
 		}
 		if paced {
-			s.parts.sent(m.Seq, s.since())
+			// m.Time is stamped before the part is encoded and written:
+			// a send time read after the write can come after the ack
+			// (review-s10 M1). A sample then carries the part's encode
+			// too, so it errs on the large side, toward a smaller window.
+			s.parts.sent(m.Seq, m.Time.Sub(s.began))
 			s.a.stats.notePartsInFlight(len(s.parts.unacked))
 		}
 		s.a.stats.parts.Add(1)
@@ -411,6 +420,9 @@ func (s *agentSession) sendSnapshot(ctx context.Context, kind snapshotKind, kind
 		return err
 	}
 	for i := range rows {
+		if s.overQuota(&rows[i]) {
+			continue
+		}
 		raw, err := json.Marshal(&rows[i])
 		if err != nil {
 			return fmt.Errorf("encode row %s: %w", rows[i].Key(), err)
@@ -484,7 +496,11 @@ func kindsSize(kinds []KindState, md map[string]string) int {
 }
 
 // sendDelta sends changes, split over messages as the limit needs. Kind
-// errors go with the first message.
+// errors go with the first message. A row over one of the manager's
+// per-row quotas is sent as a delete of its key instead (overQuotaDelete):
+// the manager must not keep showing its older state, which for an RBAC
+// row could grant what the cluster no longer does; a resync's snapshot
+// omits it the same way.
 func (s *agentSession) sendDelta(ctx context.Context, ups []index.Object, dels []index.Key, kinds []KindState) error {
 	d := &Delta{Kinds: kinds}
 	base, err := overhead(&Message{Type: TypeDelta, Seq: s.sent.Load(), Delta: d})
@@ -500,6 +516,12 @@ func (s *agentSession) sendDelta(ctx context.Context, ups []index.Object, dels [
 		return nil
 	}
 	for i := range ups {
+		if s.overQuota(&ups[i]) {
+			if k, ok := overQuotaDelete(&s.quotas, &ups[i]); ok {
+				dels = append(dels, k)
+			}
+			continue
+		}
 		raw, err := json.Marshal(&ups[i])
 		if err != nil {
 			return fmt.Errorf("encode row %s: %w", ups[i].Key(), err)
@@ -528,6 +550,40 @@ func (s *agentSession) sendDelta(ctx context.Context, ups []index.Object, dels [
 		size += n
 	}
 	return flush()
+}
+
+// overQuota reports whether row is over one of the manager's per-row
+// quotas, by the manager's own check (Quotas.checkRow), in which case it
+// is not sent: sent, it would end the session (ReasonQuota), and every
+// session after it, so one object would keep its whole cluster off the
+// manager (review-s10 H1). Such a row is counted (AgentStats.OverQuota)
+// and logged once per kind and quota (Agent.noteOverQuota). No row is
+// cut to fit: a cut RBAC subject or rule string could grant access to
+// someone else, and any other cut row would show the manager a state the
+// object never had.
+func (s *agentSession) overQuota(row *index.Object) bool {
+	_, over := s.quotas.checkRow(row)
+	if over == nil {
+		return false
+	}
+	s.a.noteOverQuota(row, over)
+	return true
+}
+
+// overQuotaDelete returns the delete a delta sends for row, which is over
+// one of q's quotas, so that the manager drops the row's older state; and
+// false when the manager can hold no row of its key, because a string of
+// the key itself is over the quota (every state of the row was): a delete
+// of such a key would only be refused (the index takes keys of at most
+// 4 KiB).
+func overQuotaDelete(q *Quotas, row *index.Object) (index.Key, bool) {
+	k := row.Key()
+	for _, s := range []string{k.Group, k.Kind, k.Namespace, k.Name} {
+		if jsonLen(s) > q.StringBytes {
+			return k, false
+		}
+	}
+	return k, true
 }
 
 // readLoop handles what the manager sends until the connection fails.

@@ -80,6 +80,11 @@ func TestQuotas(t *testing.T) {
 		{"long label key", ReasonQuota, "label key", func(t *testing.T, c *rawClient) {
 			delta(t, c, row(func(o *index.Object) { o.Labels = withLabel(o.Labels, long, "v") }))
 		}},
+		// An honest edge does not send these (TestRowsOverAQuotaAreLeftOut);
+		// the manager refuses them from any edge.
+		{"long owner reference", ReasonQuota, "an owner reference is 2000 bytes", func(t *testing.T, c *rawClient) {
+			delta(t, c, row(func(o *index.Object) { o.OwnerRefs = []index.OwnerRef{{Kind: "Widget", Name: long}} }))
+		}},
 		{"long summary", ReasonQuota, "summary", func(t *testing.T, c *rawClient) {
 			delta(t, c, row(func(o *index.Object) { o.Summary = []byte(`{"x":"` + long + `"}`) }))
 		}},

@@ -246,9 +246,9 @@ func TestDeltasBetweenSnapshotParts(t *testing.T) {
 		}
 		quotas := h.hub.opts.Quotas
 		one := big("big-0", "1")
-		cost, err := quotas.checkRow(&one)
-		if err != nil {
-			t.Fatal(err)
+		cost, over := quotas.checkRow(&one)
+		if over != nil {
+			t.Fatal(over.reject)
 		}
 		n := (256 << 10) / cost // the most rows of this cost the snapshot fits
 		var rows []index.Object
@@ -1126,9 +1126,9 @@ func honestEdgeWithinTheAllowance(t *testing.T, change func([]index.Object) []in
 	for i := range created {
 		// What the hub holds: the row as it decodes it from the edge's JSON.
 		o := roundTrip(t, &created[i])
-		c, err := r.h.hub.opts.Quotas.checkRow(o)
-		if err != nil {
-			t.Fatal(err)
+		c, over := r.h.hub.opts.Quotas.checkRow(o)
+		if over != nil {
+			t.Fatal(over.reject)
 		}
 		cost += writeCost(o.Key(), o, c)
 	}
@@ -1274,9 +1274,9 @@ func TestPendingSnapshotGauge(t *testing.T) {
 	cost := func(rows ...index.Object) int {
 		n := 0
 		for i := range rows {
-			c, err := h.hub.opts.Quotas.checkRow(&rows[i])
-			if err != nil {
-				t.Fatal(err)
+			c, over := h.hub.opts.Quotas.checkRow(&rows[i])
+			if over != nil {
+				t.Fatal(over.reject)
 			}
 			n += c
 		}
@@ -1403,7 +1403,7 @@ func TestDeltaBudgetLoggedOncePerOutage(t *testing.T) {
 func TestDeltaBudgetFits(t *testing.T) {
 	a, b, c := cmRow("edge-a", "a", "1"), cmRow("edge-a", "b", "1"), cmRow("edge-a", "c", "1")
 	rowCostOf := func(o index.Object) int {
-		n, _ := rowCost(&o, math.MaxInt)
+		n, _, _ := rowCost(&o, math.MaxInt)
 		return writeCost(o.Key(), &o, n)
 	}
 	del := writeCost(c.Key(), nil, 0)

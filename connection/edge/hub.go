@@ -29,7 +29,9 @@ const (
 	DefaultGrace = 30 * time.Second
 	// DefaultWindow is how many unacknowledged messages an edge may have
 	// in flight: enough to keep a link with some latency busy, and with
-	// 4 MiB messages a bound of 64 MiB on what one session buffers.
+	// 4 MiB messages a bound of 64 MiB on what one session buffers. A
+	// window of 2 or less works, but leaves an edge's paced resync (two
+	// parts at least) no slot for a delta between its parts.
 	DefaultWindow = 16
 	// DefaultMaxSnapshotBytes bounds the rows of one snapshot the manager
 	// holds until the snapshot is complete: about half a million rows.

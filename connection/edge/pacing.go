@@ -30,7 +30,7 @@ import "time"
 // Owned by the session's run goroutine.
 type partWindow struct {
 	size    int           // parts allowed unacknowledged
-	most    int           // at most: the manager's window less one, left for a delta
+	most    int           // at most: the manager's window less one, left for a delta, and at least two
 	base    time.Duration // smallest sample of the session; 0 before the first
 	unacked []sentPart    // parts sent and not yet acknowledged, oldest first
 	// last is the last part sent; after an adjustment, samples of parts up
@@ -61,7 +61,11 @@ const (
 
 // newPartWindow returns a window for a manager that holds window
 // messages unacknowledged (one of them stays free for a delta), capped at
-// limit parts when limit > 0 (AgentOptions.MaxResyncParts).
+// limit parts when limit > 0 (AgentOptions.MaxResyncParts). It never
+// allows fewer than resyncPartsInFlight parts, whatever window and limit
+// say: a limit of 1 acts as 2, and with a window of 2 or less a resync's
+// parts can take every slot, so a delta between them waits for an ack
+// (review-s10 L1; the hub's default window is 16).
 func newPartWindow(window, limit int) *partWindow {
 	most := window - 1
 	if limit > 0 {
@@ -79,29 +83,37 @@ func (w *partWindow) start() {
 	w.mark, w.ramping = w.last, true
 }
 
-// sent records a part sent at session time at.
+// sent records a part sent at session time at. at must be taken before
+// the part is written, not after: run may be descheduled between the write
+// and reading the clock for longer than the round trip, and a send time
+// later than the ack gives a sample of nothing that pins base near zero,
+// and the window at two parts for the session's life (review-s10 M1).
 func (w *partWindow) sent(seq uint64, at time.Duration) {
 	w.unacked = append(w.unacked, sentPart{seq: seq, at: at})
 	w.last = seq
 }
 
 // acked takes the parts up to seq as acknowledged at session time at,
-// adapting the window to each one's sample.
+// adapting the window to each one's sample. A part whose ack is not
+// after its send gives no sample: the two times were read on different
+// goroutines, and such a sample would only say that one of them is late,
+// not how long the round trip is.
 func (w *partWindow) acked(seq uint64, at time.Duration) {
 	n := 0
 	for _, p := range w.unacked {
 		if p.seq > seq {
 			break
 		}
-		w.sample(p.seq, at-p.at)
+		if at > p.at {
+			w.sample(p.seq, at-p.at)
+		}
 		n++
 	}
 	w.unacked = w.unacked[:copy(w.unacked, w.unacked[n:])]
 }
 
-// sample adapts the window to part seq's time from send to ack.
+// sample adapts the window to part seq's time from send to ack (> 0).
 func (w *partWindow) sample(seq uint64, rtt time.Duration) {
-	rtt = max(rtt, time.Nanosecond)
 	if w.base == 0 || rtt < w.base {
 		w.base = rtt
 	}

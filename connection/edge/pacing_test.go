@@ -73,6 +73,38 @@ func TestPartWindowAcks(t *testing.T) {
 	}
 }
 
+// TestPartWindowIgnoresAnAckBeforeItsSend: a part whose ack time is not
+// after its send time gives no sample (review-s10 M1). Such a time came
+// from a send time read after the write, by a goroutine descheduled past
+// the ack; as a sample of a nanosecond it made base nearly zero, every
+// later sample then read as parts queued, and the window stayed at two
+// for the session's life. The part is still taken as acknowledged.
+func TestPartWindowIgnoresAnAckBeforeItsSend(t *testing.T) {
+	const ms = time.Millisecond
+	w := newPartWindow(16, 0)
+	w.sent(1, 0)
+	w.acked(1, 100*ms) // base 100 ms; slow start: 3 parts
+	for _, tc := range []struct {
+		name        string
+		seq         uint64
+		sent, acked time.Duration
+	}{
+		{name: "ack a millisecond before the send", seq: 2, sent: 200 * ms, acked: 199 * ms},
+		{name: "ack at the send", seq: 3, sent: 300 * ms, acked: 300 * ms},
+	} {
+		w.sent(tc.seq, tc.sent)
+		w.acked(tc.seq, tc.acked)
+		if w.base != 100*ms || w.size != 3 || len(w.unacked) != 0 {
+			t.Fatalf("%s: base %s, window %d, %d unacked; want 100ms, 3, 0", tc.name, w.base, w.size, len(w.unacked))
+		}
+	}
+	w.sent(4, 400*ms)
+	w.acked(4, 500*ms) // a round trip at base: nothing queued, the window grows
+	if w.base != 100*ms || w.size != 4 {
+		t.Errorf("after a sample at base: base %s, window %d; want 100ms, 4", w.base, w.size)
+	}
+}
+
 // simulate runs a resync of n parts through w over a link of round trip
 // rtt to a manager that applies one part at a time in apply each, and
 // returns how long the resync took and the most parts that waited on the
@@ -244,9 +276,9 @@ func TestResyncOverALongLink(t *testing.T) {
 	created := versioned(testRows(cluster, 10500, ""), "2")[8000:]
 	cost := 0
 	for i := range created {
-		c, err := h.hub.opts.Quotas.checkRow(&created[i])
-		if err != nil {
-			t.Fatal(err)
+		c, over := h.hub.opts.Quotas.checkRow(&created[i])
+		if over != nil {
+			t.Fatal(over.reject)
 		}
 		cost += writeCost(created[i].Key(), &created[i], c)
 	}

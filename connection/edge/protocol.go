@@ -136,6 +136,17 @@ type Welcome struct {
 	// JSON field it does not know): the edge assumes
 	// LegacyMaxSnapshotDeltaBytes.
 	MaxSnapshotDeltaBytes int `json:"maxSnapshotDeltaBytes,omitempty"`
+	// MaxLabelsPerRow and MaxStringBytes are the manager's per-row quotas
+	// (Quotas.LabelsPerRow and Quotas.StringBytes): a row with more labels,
+	// or with a longer string (as the manager decodes it), ends the session
+	// with ReasonQuota. The edge holds each row to them before sending it
+	// and skips the rows over them, so that one object over a quota is all
+	// the manager misses of its cluster (AgentStats.OverQuota). Zero (a
+	// manager from before the fields): the edge assumes the defaults,
+	// DefaultLabelsPerRow and DefaultStringBytes, the quotas every manager
+	// had before they were announced.
+	MaxLabelsPerRow int `json:"maxLabelsPerRow,omitempty"`
+	MaxStringBytes  int `json:"maxStringBytes,omitempty"`
 }
 
 // LegacyMaxSnapshotDeltaBytes is the allowance an edge assumes for the

@@ -3,6 +3,7 @@ package edge
 import (
 	"context"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 	"unsafe"
 
@@ -13,8 +14,10 @@ import (
 // edge is trusted for its own cluster's state, not for its size: past a
 // quota the session ends with ReasonQuota, saying which, and the rows
 // already in the index stay as they were (the edge reconnects, and keeps
-// failing until its cluster fits or the operator raises the quota). Zero
-// fields take the defaults below.
+// failing until its cluster fits or the operator raises the quota). The
+// per-row quotas (LabelsPerRow, StringBytes) are announced in the Welcome,
+// and an edge does not send a row over them (checkRow), so one object over
+// them costs only itself. Zero fields take the defaults below.
 type Quotas struct {
 	// RowsPerCluster bounds the rows (objects and RBAC rows) the cluster
 	// would have in the index once a snapshot or a delta is applied.
@@ -78,34 +81,58 @@ func quotaf(format string, args ...any) *RejectError {
 }
 
 // checkRow holds one row to the per-row quotas and returns what it costs
-// to hold decoded (rowCost), which is what the snapshot bound counts.
-func (q *Quotas) checkRow(o *index.Object) (int, error) {
+// to hold decoded (rowCost), which is what the snapshot bound counts, or,
+// when the row is over a quota, which and how (over). It is the one check
+// of a row's quotas: the manager ends a session that sends a row over one
+// (over.reject, ReasonQuota: an edge is untrusted), and the edge runs it
+// on each row before sending, with the quotas the Welcome announced, and
+// skips the rows the manager would refuse (review-s10 H1).
+func (q *Quotas) checkRow(o *index.Object) (cost int, over *rowOverQuota) {
 	if o.Labels.Len() > q.LabelsPerRow {
-		return 0, quotaf("row %s has %d labels; at most %d are allowed", o.Key(), o.Labels.Len(), q.LabelsPerRow)
+		return 0, &rowOverQuota{quota: "labels", reject: quotaf("row %s has %d labels; at most %d are allowed", o.Key(), o.Labels.Len(), q.LabelsPerRow)}
 	}
-	cost, over := rowCost(o, q.StringBytes)
-	if over != "" {
-		return 0, quotaf("row %s: %s; at most %d are allowed per string", o.Key(), over, q.StringBytes)
+	cost, how, what := rowCost(o, q.StringBytes)
+	if how != "" {
+		return 0, &rowOverQuota{quota: what, reject: quotaf("row %s: %s; at most %d are allowed per string", o.Key(), how, q.StringBytes)}
 	}
 	return cost, nil
+}
+
+// rowOverQuota is a row over a per-row quota: which quota (labels, or the
+// string: "name", "an owner reference", "a subject", ...), so that an edge
+// counts and logs each kind of problem once rather than once per row per
+// resync, and the reject a manager ends the session with. It is not an
+// error, so that a nil one never becomes a non-nil error.
+type rowOverQuota struct {
+	quota  string
+	reject *RejectError
+}
+
+// rowQuotas returns the per-row quotas a Welcome announces; a manager
+// from before the fields announces none, and its quotas are the defaults
+// (Quotas.setDefaults), which every manager had before they could be set.
+func rowQuotas(w *Welcome) Quotas {
+	q := Quotas{LabelsPerRow: w.MaxLabelsPerRow, StringBytes: w.MaxStringBytes}
+	q.setDefaults()
+	return q
 }
 
 // rowCost returns what a row costs the manager to hold decoded: the
 // Object and every byte it points to (the JSON it came in can be much
 // smaller, for example many empty labels); and, when a string of it is
-// over maxString bytes, which one. The manager counts it against its
+// over maxString bytes, which one (over says how, what names the field). The manager counts it against its
 // snapshot limits, and the edge counts the same for its deltas' budget
 // (deltaBudget). Strings count as the manager decodes them (jsonLen), so
 // the edge's own rows, which may hold invalid UTF-8, cost the same on
 // both sides.
-func rowCost(o *index.Object, maxString int) (cost int, over string) {
+func rowCost(o *index.Object, maxString int) (cost int, over, what string) {
 	cost = int(unsafe.Sizeof(*o))
 	// str counts a string of n bytes, and names it (what, then label)
 	// only when it is over: the message is built at most once a row, as
 	// this runs for every label of every row either side holds.
-	str := func(what, label string, n int) {
+	str := func(field, label string, n int) {
 		if n > maxString && over == "" {
-			over = fmt.Sprintf("%s%s is %d bytes", what, label, n)
+			over, what = fmt.Sprintf("%s%s is %d bytes", field, label, n), strings.TrimSpace(field)
 		}
 		cost += n
 	}
@@ -158,7 +185,7 @@ func rowCost(o *index.Object, maxString int) (cost int, over string) {
 		}
 		str("the role reference", "", jsonLen(p.RoleRef.Name))
 	}
-	return cost, over
+	return cost, over, what
 }
 
 // jsonLen returns the length of s as the manager decodes it from the

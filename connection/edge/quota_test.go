@@ -3,10 +3,13 @@ package edge
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/internal/conntest"
 )
 
 // TestRowCost checks that rowCost names the string that is over, and that
@@ -21,7 +24,7 @@ func TestRowCost(t *testing.T) {
 	for i := range 10 {
 		row.Labels = withLabel(row.Labels, fmt.Sprintf("label-%d", i), fmt.Sprintf("value-%d", i))
 	}
-	cost, over := rowCost(&row, 64)
+	cost, over, _ := rowCost(&row, 64)
 	if over != "" || cost <= len(row.Name)+len(row.UID)+len(row.Summary) {
 		t.Fatalf("rowCost = %d, %q: want a cost over the row's bytes and nothing over", cost, over)
 	}
@@ -30,12 +33,12 @@ func TestRowCost(t *testing.T) {
 	}
 
 	row.Labels = withLabel(row.Labels, "label-3", strings.Repeat("x", 65))
-	if _, over := rowCost(&row, 64); over != "the value of label label-3 is 65 bytes" {
-		t.Errorf("over = %q, want the value of label label-3 named", over)
+	if _, over, what := rowCost(&row, 64); over != "the value of label label-3 is 65 bytes" || what != "the value of label" {
+		t.Errorf("over = %q (%q), want the value of label label-3 named", over, what)
 	}
 	row.Summary = []byte(strings.Repeat("y", 70))
-	if _, over := rowCost(&row, 64); over != "summary is 70 bytes" {
-		t.Errorf("over = %q, want the summary named first", over)
+	if _, over, what := rowCost(&row, 64); over != "summary is 70 bytes" || what != "summary" {
+		t.Errorf("over = %q (%q), want the summary named first", over, what)
 	}
 }
 
@@ -58,5 +61,223 @@ func TestJSONLen(t *testing.T) {
 		if got := jsonLen(s); got != len(decoded) {
 			t.Errorf("jsonLen(%q) = %d, want %d", s, got, len(decoded))
 		}
+	}
+}
+
+// TestRowsOverAQuotaAreLeftOut: one leaf object over one of the manager's
+// per-row quotas costs only itself, not its cluster's sync (review-s10
+// H1). The API server lets anyone who may edit a Pod give it an owner
+// reference of any length, and a RoleBinding a User subject of any
+// length; sent, such a row ended every session of its edge with quota,
+// and the cluster never synced. A real agent, over a real websocket, with
+// a ConfigMap whose owner reference names 20 KiB and a RoleBinding whose
+// subject does, among rows that fit: the cluster syncs with every other
+// row and without those two, no session is refused, and the agent counts
+// them. Then a RoleBinding that fit changes to one over the quota: the
+// manager drops it (the edge sends a delete of its key, so the manager
+// does not keep granting what the binding no longer says). The second
+// case gives the manager a smaller quota than the default: the edge holds
+// rows to what the Welcome announces.
+func TestRowsOverAQuotaAreLeftOut(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		quotas Quotas
+		long   int // bytes of the strings over the quota
+	}{
+		{name: "the default quota", long: 20 << 10},
+		{name: "a quota the welcome announces", quotas: Quotas{StringBytes: 4 << 10}, long: 5 << 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const cluster = "edge-b"
+			ctx := t.Context()
+			h := newHubHarness(t, HubOptions{Quotas: tc.quotas})
+			long := strings.Repeat("a", tc.long)
+			configMaps := testRows(cluster, 50, "1")
+			var want []string
+			for _, o := range configMaps {
+				want = append(want, "ConfigMap/default/"+o.Name)
+			}
+			owned := testRows(cluster, 1, "1")[0]
+			owned.Name, owned.UID = "owned-by-a-long-name", "uid-owned"
+			owned.OwnerRefs = []index.OwnerRef{{Kind: "Widget", Name: long}}
+			configMaps = append(configMaps, owned)
+
+			bindingKind := index.Kind{Group: index.RBACGroup, Version: "v1", Kind: index.KindRoleBinding, Resource: "rolebindings", Namespaced: true}
+			binding := func(name, user string) index.Object {
+				return index.Object{
+					Cluster: cluster, Namespace: "default", Group: index.RBACGroup, Version: "v1", Kind: index.KindRoleBinding, Resource: "rolebindings",
+					Name: name, UID: "uid-" + name, Policy: &index.Policy{
+						RoleRef:  index.RoleRef{APIGroup: index.RBACGroup, Kind: index.KindClusterRole, Name: "view"},
+						Subjects: []index.Subject{{Kind: "User", APIGroup: index.RBACGroup, Name: user}},
+					},
+				}
+			}
+			never := time.Hour // one snapshot: no resync counts the rows again
+			a := startAgent(t, AgentOptions{
+				Manager: h.url, Cluster: cluster, PingInterval: 5 * time.Second, PongWait: time.Minute,
+				Resync: ResyncOptions{Interval: never, Min: never, Max: never},
+			})
+			if err := a.buf.Replace(ctx, cluster, testKind, configMaps); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.buf.Replace(ctx, cluster, bindingKind, []index.Object{binding("alice", "alice"), binding("bob", "bob"), binding("long", long)}); err != nil {
+				t.Fatal(err)
+			}
+			a.buf.expect([]index.Kind{testKind, bindingKind})
+
+			bindingNames := func() string {
+				var out []string
+				for _, b := range h.store.ListRoleBindings(cluster, "") {
+					out = append(out, b.Name)
+				}
+				return strings.Join(out, ",")
+			}
+			// refused fails at once if the manager refused a session: with
+			// the rows over the quota sent, it refuses every one.
+			refused := func() {
+				t.Helper()
+				if s := a.Stats(); s.Rejects > 0 {
+					t.Fatalf("the manager refused %d sessions, the last: %v", s.Rejects, s.LastReject)
+				}
+			}
+			conntest.Eventually(t, 30*time.Second, "the cluster synced", func() error {
+				refused()
+				if c, ok := h.store.GetCluster(nil, cluster); !ok || c.State != index.StateConnected {
+					return errString("not connected")
+				}
+				if got := names(t, h.store, cluster); !slices.Equal(got, want) {
+					return fmt.Errorf("the manager has %d ConfigMaps %v..., want the %d that fit", len(got), got[:min(3, len(got))], len(want))
+				}
+				if got := bindingNames(); got != "alice,bob" {
+					return fmt.Errorf("the manager has the RoleBindings %q, want alice,bob", got)
+				}
+				return nil
+			})
+			if s := a.Stats(); s.OverQuota != 2 || s.TooBig != 0 {
+				t.Errorf("the agent counts %d rows over a quota and %d too big, want 2 and 0", s.OverQuota, s.TooBig)
+			}
+
+			if err := a.buf.Upsert(ctx, binding("bob", long)); err != nil {
+				t.Fatal(err)
+			}
+			conntest.Eventually(t, 30*time.Second, "bob's binding dropped", func() error {
+				refused()
+				if got := bindingNames(); got != "alice" {
+					return fmt.Errorf("the manager has the RoleBindings %q, want alice", got)
+				}
+				return nil
+			})
+			if s := a.Stats(); s.OverQuota != 3 || s.Sessions != 1 {
+				t.Errorf("the agent counts %d rows over a quota in %d sessions, want 3 in 1", s.OverQuota, s.Sessions)
+			}
+		})
+	}
+}
+
+// TestRowQuotasOfTheWelcome: the edge holds rows to the quotas the
+// Welcome announces, and to the defaults when a manager from before the
+// fields announces none; a manager announces its own.
+func TestRowQuotasOfTheWelcome(t *testing.T) {
+	if q := rowQuotas(&Welcome{}); q.LabelsPerRow != DefaultLabelsPerRow || q.StringBytes != DefaultStringBytes {
+		t.Errorf("an old manager's quotas: %d labels, %d bytes; want the defaults", q.LabelsPerRow, q.StringBytes)
+	}
+	h := newHubHarness(t, HubOptions{Quotas: Quotas{LabelsPerRow: 7, StringBytes: 999}})
+	c := dialRaw(t, h.url)
+	m := c.hello("edge-a", "i", tokenFor("edge-a"))
+	if m.Type != TypeWelcome {
+		t.Fatalf("hello: got %s %+v", m.Type, m.Reject)
+	}
+	if q := rowQuotas(m.Welcome); q.LabelsPerRow != 7 || q.StringBytes != 999 {
+		t.Errorf("the welcome announces %d labels, %d bytes; want 7, 999", q.LabelsPerRow, q.StringBytes)
+	}
+}
+
+// TestRefusedDataKeepsTheBackoff: a session the manager ended over what
+// the edge sent does not reset the reconnect backoff, since the next
+// session sends the same (review-s10 H1); other endings do.
+func TestRefusedDataKeepsTheBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		keep bool
+	}{
+		{err: &Reject{Reason: ReasonQuota}, keep: true},
+		{err: &Reject{Reason: ReasonOversize}, keep: true},
+		{err: &Reject{Reason: ReasonInvalid}, keep: true},
+		{err: &Reject{Reason: ReasonMalformed}, keep: true},
+		{err: &Reject{Reason: ReasonWrongCluster}, keep: true},
+		{err: fmt.Errorf("session: %w", &Reject{Reason: ReasonQuota}), keep: true},
+		{err: &Reject{Reason: ReasonSuperseded}},
+		{err: &Reject{Reason: ReasonShutdown}},
+		{err: &Reject{Reason: ReasonUnauthorized}},
+		{err: &Reject{Reason: ReasonSequenceGap}},
+		{err: errString("connection reset")},
+		{err: nil},
+	} {
+		if got := refusesData(tc.err); got != tc.keep {
+			t.Errorf("refusesData(%v) = %v, want %v", tc.err, got, tc.keep)
+		}
+	}
+}
+
+// TestOverQuotaDelete: a delta replaces a row over a quota with a delete
+// of its key, unless the key itself is over the quota (the manager never
+// held a row of it, and would refuse the delete).
+func TestOverQuotaDelete(t *testing.T) {
+	q := Quotas{StringBytes: 16}
+	long := strings.Repeat("a", 17)
+	for _, tc := range []struct {
+		name   string
+		mut    func(o *index.Object)
+		delete bool
+	}{
+		{name: "an owner reference", mut: func(o *index.Object) { o.OwnerRefs = []index.OwnerRef{{Kind: "Widget", Name: long}} }, delete: true},
+		{name: "the message", mut: func(o *index.Object) { o.Message = long }, delete: true},
+		{name: "the name", mut: func(o *index.Object) { o.Name = long }},
+		{name: "the namespace", mut: func(o *index.Object) { o.Namespace = long }},
+		{name: "the kind", mut: func(o *index.Object) { o.Kind = long }},
+	} {
+		row := testRows("c", 1, "1")[0]
+		tc.mut(&row)
+		if _, over := q.checkRow(&row); over == nil {
+			t.Fatalf("%s: the row is not over the quota", tc.name)
+		}
+		if k, ok := overQuotaDelete(&q, &row); ok != tc.delete || k != row.Key() {
+			t.Errorf("%s over the quota: delete %v of %s, want %v", tc.name, ok, k, tc.delete)
+		}
+	}
+}
+
+// TestRefusedSessionsBackOff: an edge whose every session the manager
+// refuses over its data (here: more rows than the manager's per-cluster
+// quota, which the edge does not check) waits longer after each, rather
+// than reconnecting after the first wait every time (review-s10 H1): with
+// waits of 100 ms doubling (±20%), five sessions take at least 0.8 x
+// (100 + 200 + 400 + 800) ms; a backoff reset after each welcome made
+// them take about 5 x 100 ms. (A lower bound: a loaded machine only makes
+// it longer.)
+func TestRefusedSessionsBackOff(t *testing.T) {
+	const cluster, sessions = "edge-b", 5
+	h := newHubHarness(t, HubOptions{Quotas: Quotas{RowsPerCluster: 5}})
+	start := time.Now()
+	a := startAgent(t, AgentOptions{
+		Manager: h.url, Cluster: cluster, BackoffInitial: 100 * time.Millisecond, BackoffMax: time.Hour,
+		PingInterval: 5 * time.Second, PongWait: time.Minute,
+	})
+	if err := a.buf.Replace(t.Context(), cluster, testKind, testRows(cluster, 10, "1")); err != nil {
+		t.Fatal(err)
+	}
+	a.buf.expect([]index.Kind{testKind})
+	conntest.Eventually(t, 30*time.Second, "five sessions refused", func() error {
+		if s := a.Stats(); s.Rejects < sessions {
+			return fmt.Errorf("%d refused", s.Rejects)
+		}
+		return nil
+	})
+	took := time.Since(start)
+	if rej := a.Stats().LastReject; rej == nil || rej.Reason != ReasonQuota {
+		t.Fatalf("the last reject is %v, want quota", rej)
+	}
+	if least := 1200 * time.Millisecond; took < least {
+		t.Errorf("%d refused sessions in %s, want at least %s: the backoff did not grow", sessions, took.Round(time.Millisecond), least)
 	}
 }

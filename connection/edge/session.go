@@ -248,7 +248,7 @@ func (s *session) run(ctx context.Context) {
 
 	w := &Welcome{
 		Version: ProtocolVersion, Session: s.id, MaxMessageBytes: s.h.opts.MaxMessageBytes, Window: s.h.opts.Window,
-		Features: s.features,
+		Features: s.features, MaxLabelsPerRow: s.h.opts.Quotas.LabelsPerRow, MaxStringBytes: s.h.opts.Quotas.StringBytes,
 	}
 	if s.deltasInSnapshot {
 		w.MaxSnapshotDeltaBytes = s.wroteLimit()
@@ -412,8 +412,11 @@ func (s *session) decodeRow(raw json.RawMessage) (index.Object, int, error) {
 	if o.Cluster != s.cluster {
 		return o, 0, rejectf(ReasonWrongCluster, "row %s is of cluster %q, this session is for %q", o.Key(), o.Cluster, s.cluster)
 	}
-	cost, err := s.h.opts.Quotas.checkRow(&o)
-	return o, cost, err
+	cost, over := s.h.opts.Quotas.checkRow(&o)
+	if over != nil {
+		return o, 0, over.reject
+	}
+	return o, cost, nil
 }
 
 // checkKind validates a kind state from the edge.
