@@ -109,7 +109,7 @@ func (s *Store) Delete(ctx context.Context, key Key) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("index: delete %s: %w", key, err)
 	}
-	if err := validateKey(key); err != nil {
+	if err := ValidateKey(key); err != nil {
 		return fmt.Errorf("index: delete: %w", err)
 	}
 	s.writeGrouped(0, func(w *writeTxn) {

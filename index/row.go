@@ -373,10 +373,10 @@ const maxOwners = 1<<24 - 1
 // ownersFit reports whether n owner references fit an objRow.
 func ownersFit(n int) bool { return n <= maxOwners }
 
-// validateRow checks the identity fields of a row (validateKey) and that
+// validateRow checks the identity fields of a row (ValidateKey) and that
 // its parts fit an objRow.
 func validateRow(o *Object) error {
-	if err := validateKey(o.Key()); err != nil {
+	if err := ValidateKey(o.Key()); err != nil {
 		return err
 	}
 	if !ownersFit(len(o.OwnerRefs)) {
@@ -385,8 +385,13 @@ func validateRow(o *Object) error {
 	return nil
 }
 
-// validateKey checks the identity fields of a row.
-func validateKey(k Key) error {
+// ValidateKey checks the identity fields of a row as the index does
+// before it takes the row or a delete of its key: cluster, kind and name
+// present, at most 4 KiB in all, no NUL. An error wraps ErrInvalidRow.
+// An edge holds its rows to it before sending them (connection/edge's
+// Quotas.checkRow), so that a row the manager's index would refuse does
+// not end the session.
+func ValidateKey(k Key) error {
 	if k.Cluster == "" || k.Kind == "" || k.Name == "" {
 		return fmt.Errorf("%w: %s: cluster, kind and name are required", ErrInvalidRow, k)
 	}

@@ -578,6 +578,9 @@ func (s *agentSession) overQuota(row *index.Object) bool {
 // 4 KiB).
 func overQuotaDelete(q *Quotas, row *index.Object) (index.Key, bool) {
 	k := row.Key()
+	if index.ValidateKey(k) != nil {
+		return k, false
+	}
 	for _, s := range []string{k.Group, k.Kind, k.Namespace, k.Name} {
 		if jsonLen(s) > q.StringBytes {
 			return k, false

@@ -92,6 +92,9 @@ func TestRowsOverAQuotaAreLeftOut(t *testing.T) {
 			ctx := t.Context()
 			h := newHubHarness(t, HubOptions{Quotas: tc.quotas})
 			long := strings.Repeat("a", tc.long)
+			// A name the index refuses (its key is over 4 KiB) though under
+			// the default string quota: RBAC names have no length limit.
+			longKey := strings.Repeat("k", 5<<10)
 			configMaps := testRows(cluster, 50, "1")
 			var want []string
 			for _, o := range configMaps {
@@ -120,7 +123,7 @@ func TestRowsOverAQuotaAreLeftOut(t *testing.T) {
 			if err := a.buf.Replace(ctx, cluster, testKind, configMaps); err != nil {
 				t.Fatal(err)
 			}
-			if err := a.buf.Replace(ctx, cluster, bindingKind, []index.Object{binding("alice", "alice"), binding("bob", "bob"), binding("long", long)}); err != nil {
+			if err := a.buf.Replace(ctx, cluster, bindingKind, []index.Object{binding("alice", "alice"), binding("bob", "bob"), binding("long", long), binding(longKey, "carol")}); err != nil {
 				t.Fatal(err)
 			}
 			a.buf.expect([]index.Kind{testKind, bindingKind})
@@ -153,8 +156,8 @@ func TestRowsOverAQuotaAreLeftOut(t *testing.T) {
 				}
 				return nil
 			})
-			if s := a.Stats(); s.OverQuota != 2 || s.TooBig != 0 {
-				t.Errorf("the agent counts %d rows over a quota and %d too big, want 2 and 0", s.OverQuota, s.TooBig)
+			if s := a.Stats(); s.OverQuota != 3 || s.TooBig != 0 {
+				t.Errorf("the agent counts %d rows over a quota and %d too big, want 3 and 0", s.OverQuota, s.TooBig)
 			}
 
 			if err := a.buf.Upsert(ctx, binding("bob", long)); err != nil {
@@ -167,8 +170,8 @@ func TestRowsOverAQuotaAreLeftOut(t *testing.T) {
 				}
 				return nil
 			})
-			if s := a.Stats(); s.OverQuota != 3 || s.Sessions != 1 {
-				t.Errorf("the agent counts %d rows over a quota in %d sessions, want 3 in 1", s.OverQuota, s.Sessions)
+			if s := a.Stats(); s.OverQuota != 4 || s.Sessions != 1 {
+				t.Errorf("the agent counts %d rows over a quota in %d sessions, want 4 in 1", s.OverQuota, s.Sessions)
 			}
 		})
 	}
@@ -244,6 +247,17 @@ func TestOverQuotaDelete(t *testing.T) {
 		if k, ok := overQuotaDelete(&q, &row); ok != tc.delete || k != row.Key() {
 			t.Errorf("%s over the quota: delete %v of %s, want %v", tc.name, ok, k, tc.delete)
 		}
+	}
+	// A key the index refuses (over 4 KiB in all) with every string under
+	// the quota: not sent, and no delete, which the index would refuse too.
+	row := testRows("c", 1, "1")[0]
+	row.Name = strings.Repeat("n", 5<<10)
+	wide := Quotas{StringBytes: 16 << 10}
+	if _, over := wide.checkRow(&row); over == nil || over.quota != "key" || over.reject.Reason != ReasonInvalid {
+		t.Errorf("a 5 KiB name: over %+v, want the key, invalid", over)
+	}
+	if _, ok := overQuotaDelete(&wide, &row); ok {
+		t.Error("a 5 KiB name: a delete of its key is sent")
 	}
 }
 
