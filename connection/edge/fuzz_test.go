@@ -15,7 +15,8 @@ import (
 // edge messages, as a hostile or broken edge could send them: the message
 // envelope, then each row of a snapshot or delta as the session decodes it
 // for its cluster. Every refusal is a RejectError whose reason the session
-// closes with (malformed, or a row of another cluster); an accepted message
+// closes with (malformed; a row of another cluster; a row over a quota; a
+// row whose key the index refuses, invalid); an accepted message
 // carries exactly the body its type names and encodes back to itself.
 func FuzzDecodeMessage(f *testing.F) {
 	row := func(cluster, name string) json.RawMessage {
@@ -49,6 +50,7 @@ func FuzzDecodeMessage(f *testing.F) {
 	for _, s := range []string{
 		``, `null`, `{}`, `[]`, `{"type":"hello"}`, `{"type":"ack","ack":{"seq":1},"hello":{}}`, `{"type":"nope","ack":{}}`,
 		`{"type":"delta","delta":{"upserts":[1,"x",{"cluster":7}]}}`, `{"type":"snapshot","snapshot":{"rows":[{"cluster":"edge-a","labels":[]}]}}`,
+		`{"type":"snapshot","snapshot":{"rows":[{"Cluster":"edge-a"},{"Cluster":"edge-a","Kind":"Pod","Name":"a\u0000b"}]}}`,
 		`{"type":"ack","seq":-1,"ack":{"seq":1e400}}`, `{"type":"ack","ts":"yesterday","ack":{}}`, `{"type":"ack","ack":{}}` + "\x00",
 	} {
 		f.Add([]byte(s))
@@ -88,7 +90,7 @@ func FuzzDecodeMessage(f *testing.F) {
 		for _, raw := range rows {
 			o, _, err := s.decodeRow(raw)
 			if err != nil {
-				if r := rejectOf(t, err); r.Reason != ReasonMalformed && r.Reason != ReasonWrongCluster && r.Reason != ReasonQuota {
+				if r := rejectOf(t, err); r.Reason != ReasonMalformed && r.Reason != ReasonWrongCluster && r.Reason != ReasonQuota && r.Reason != ReasonInvalid {
 					t.Fatalf("row %q: reason %s", raw, r.Reason)
 				}
 				continue
