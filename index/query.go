@@ -109,6 +109,17 @@ var orderFields = []OrderField{OrderName, OrderNamespace, OrderCluster, OrderKin
 // format is told apart from a corrupt cursor.
 const cursorVersion = 1
 
+// maxCursorLen bounds the length of a cursor Query hands out, so that
+// decodeCursor refuses a longer one before decoding it: the three leading
+// bytes, three varints, and the sort value and the key, each at most
+// maxKeyLen (the key with its five terminators), in unpadded base64,
+// which is a third longer (a bound of 2*maxKeyLen+64 forgot that, and
+// refused the cursors of rows with names over about 3 KiB).
+const (
+	maxCursorBytes = 3 + 3*binary.MaxVarintLen64 + 2*maxKeyLen + 5
+	maxCursorLen   = (maxCursorBytes*4 + 2) / 3
+)
+
 // appendCursor appends the opaque form of c to dst: base64url (unpadded)
 // of the version, the field's index in orderFields, a flags byte (1:
 // descending), Num as a varint, then Str and Key, each a uvarint length and
@@ -134,7 +145,7 @@ func decodeCursor(s string, o Order) (*cursor, error) {
 		return nil, nil
 	}
 	malformed := fmt.Errorf("%w: malformed cursor", ErrInvalidQuery)
-	if len(s) > 2*maxKeyLen+64 {
+	if len(s) > maxCursorLen {
 		return nil, malformed
 	}
 	b, err := base64.RawURLEncoding.DecodeString(s)

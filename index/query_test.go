@@ -671,3 +671,44 @@ func TestEdgeCursorsResume(t *testing.T) {
 		}
 	}
 }
+
+// TestLongKeyCursorsResume pages through rows whose keys are as long as
+// the index takes (maxKeyLen), one with a long name and one with a long
+// namespace, in every order and direction: every edge's cursor must
+// resume after its row. A cursor carries its key and, in the name and
+// namespace orders, that string again, in base64; Query refused such a
+// cursor of its own as malformed when the bound on a cursor's length
+// forgot base64's growth by a third.
+func TestLongKeyCursorsResume(t *testing.T) {
+	s, _ := newTestStore(t)
+	long := func(n int) string { return strings.Repeat("x", n) }
+	fixed := len("c0") + len("Pod")
+	rows := []Object{
+		pod("c0", "ns", long(maxKeyLen-fixed-len("ns")), StatusHealthy, nil),
+		pod("c0", long(maxKeyLen-fixed-len("n")), "n", StatusHealthy, nil),
+		pod("c0", "ns", "a", StatusHealthy, nil),
+		pod("c0", "ns", "z", StatusHealthy, nil),
+	}
+	for i := range rows {
+		if err := ValidateKey(rows[i].Key()); err != nil {
+			t.Fatalf("row %d: %v", i, err)
+		}
+		mustNoErr(t, s.Upsert(ctxb, rows[i]))
+	}
+	for _, field := range allOrders {
+		for _, desc := range []bool{false, true} {
+			q := Query{Order: Order{Field: field, Desc: desc}, First: len(rows), Access: &Access{All: true}}
+			p, err := s.Query(ctxb, q)
+			mustNoErr(t, err)
+			for i, e := range p.Edges[:len(p.Edges)-1] {
+				next, err := s.Query(ctxb, Query{Order: q.Order, First: 1, After: e.Cursor, Access: q.Access})
+				if err != nil {
+					t.Fatalf("%s desc %v: the cursor of edge %d (%d bytes): %v", field, desc, i, len(e.Cursor), err)
+				}
+				if len(next.Edges) != 1 || next.Edges[0].Object.Key() != p.Edges[i+1].Object.Key() {
+					t.Fatalf("%s desc %v: the page after edge %d does not start with edge %d", field, desc, i, i+1)
+				}
+			}
+		}
+	}
+}
