@@ -153,7 +153,8 @@ image:
 # report its own deadline as a failure ("context deadline exceeded", no
 # failing input; golang/go#75804, fixed in Go 1.27), which failed a fresh
 # clone's make test. A count has no deadline to race.
-FUZZ_TARGETS := ./index/:FuzzCursor ./index/:FuzzLabelSelector ./connection/edge/:FuzzDecodeMessage
+FUZZ_TARGETS := ./index/:FuzzCursor ./index/:FuzzLabelSelector ./index/:FuzzLabelsJSON ./index/:FuzzLabelsUnmarshalJSON \
+	./connection/edge/:FuzzDecodeMessage
 FUZZTIME ?= 50000x
 
 ## test-fuzz: each fuzz target for FUZZTIME (their seed corpora also run in every go test)

@@ -145,26 +145,72 @@ func TestLabelsJSON(t *testing.T) {
 	if got, _ := json.Marshal(index.Labels{}); string(got) != "{}" {
 		t.Errorf("the zero Labels marshal to %s, want {}", got)
 	}
-	for _, in := range []string{
-		`{"a":"1","b":"2","a":"3"}`, `{}`, `null`, `{"a":null}`, `{"\ud800":"\udfff x","b\u00e9":"\u2028"}`, "{\"\xff\":\"\xfe\"}",
-		`{"a":1}`, `{"a":{}}`, `[]`, `"x"`, `{"a":"1"`, `{"a" "1"}`, `true`, `{"a":"\x"}`, `{"a":["b"]}`,
-	} {
-		var m map[string]string
-		mapErr := json.Unmarshal([]byte(in), &m)
-		var l index.Labels
-		err := json.Unmarshal([]byte(in), &l)
-		if (err != nil) != (mapErr != nil) {
-			t.Errorf("%s: error %v, the map's %v", in, err, mapErr)
-			continue
-		}
-		if err == nil && !l.Equal(index.LabelsOf(m)) {
-			t.Errorf("%s: labels %v, the map's %v", in, l, m)
-		}
+	for _, in := range unmarshalLabelCases {
+		checkUnmarshalLikeMap(t, []byte(in))
 	}
 	l := index.LabelsOf(map[string]string{"old": "x"})
 	if err := json.Unmarshal([]byte(`null`), &l); err != nil || !l.IsZero() {
 		t.Errorf("null: labels %v, %v, want none (as a map is set to nil)", l, err)
 	}
+}
+
+// unmarshalLabelCases are JSON values that decode into labels or fail to,
+// each as a map[string]string does.
+var unmarshalLabelCases = []string{
+	`{"a":"1","b":"2","a":"3"}`, `{}`, `null`, `{"a":null}`, `{"\ud800":"\udfff x","b\u00e9":"\u2028"}`, "{\"\xff\":\"\xfe\"}",
+	`{"a":1}`, `{"a":{}}`, `[]`, `"x"`, `{"a":"1"`, `{"a" "1"}`, `true`, `{"a":"\x"}`, `{"a":["b"]}`,
+	`{"a":"1"},"labels":{"b":"2"}`,
+}
+
+// checkUnmarshalLikeMap checks that Labels decode in, alone and (when it
+// is one JSON value) as an Object's labels, as a map[string]string does:
+// an error when the map's decoding fails, else the same labels.
+func checkUnmarshalLikeMap(t *testing.T, in []byte) {
+	t.Helper()
+	var m map[string]string
+	mapErr := json.Unmarshal(in, &m)
+	var l index.Labels
+	err := json.Unmarshal(in, &l)
+	if (err != nil) != (mapErr != nil) {
+		t.Fatalf("%q: error %v, the map's %v", in, err, mapErr)
+	}
+	if err == nil && !l.Equal(index.LabelsOf(m)) {
+		t.Fatalf("%q: labels %v, the map's %v", in, l, m)
+	}
+	if !json.Valid(in) {
+		// Not one value: embedded, it could name the labels twice, and a
+		// second object adds to a map where it replaces Labels (see
+		// UnmarshalJSON).
+		return
+	}
+	row := append(append([]byte(`{"name":"n","labels":`), in...), `,"status":"s"}`...)
+	var mo mapObject
+	mapErr = json.Unmarshal(row, &mo)
+	var lo labelsObject
+	err = json.Unmarshal(row, &lo)
+	if (err != nil) != (mapErr != nil) {
+		t.Fatalf("%q: error %v, the map's %v", row, err, mapErr)
+	}
+	if err == nil && (!lo.Labels.Equal(index.LabelsOf(mo.Labels)) || lo.Name != mo.Name || lo.Status != mo.Status) {
+		t.Fatalf("%q: %+v, the map's %+v", row, lo, mo)
+	}
+}
+
+// FuzzLabelsUnmarshalJSON checks that arbitrary bytes decode into Labels,
+// alone and as an Object's labels, as into a map[string]string: an error
+// for what the map refuses, else the same labels.
+func FuzzLabelsUnmarshalJSON(f *testing.F) {
+	for _, in := range unmarshalLabelCases {
+		f.Add([]byte(in))
+	}
+	for _, m := range jsonLabelCases() {
+		data, err := json.Marshal(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Fuzz(func(t *testing.T, in []byte) { checkUnmarshalLikeMap(t, in) })
 }
 
 // FuzzLabelsJSON checks that one label marshals as a map of it did.
