@@ -147,21 +147,23 @@ image:
 	@command -v $(CONTAINER_ENGINE) >/dev/null || { echo "make image: $(CONTAINER_ENGINE) is not installed; set CONTAINER_ENGINE=podman or install docker" >&2; exit 1; }
 	$(CONTAINER_ENGINE) build -t $(IMAGE) .
 
-# The fuzz targets make test runs, as package:target; go test -fuzz takes
-# one target per run. FUZZTIME=1m fuzzes longer. The default is a count of
-# executions, not a duration: with a duration, Go 1.26's fuzz coordinator can
-# report its own deadline as a failure ("context deadline exceeded", no
-# failing input; golang/go#75804, fixed in Go 1.27), which failed a fresh
-# clone's make test. A count has no deadline to race.
+# The fuzz targets make test runs, as package directory:target; go test -C
+# runs each in its directory, so a nested module's target (testenv) runs in
+# its own module, and go test -fuzz takes one target per run. FUZZTIME=1m
+# fuzzes longer. The default is a count of executions, not a duration: with
+# a duration, Go 1.26's fuzz coordinator can report its own deadline as a
+# failure ("context deadline exceeded", no failing input; golang/go#75804,
+# fixed in Go 1.27), which failed a fresh clone's make test. A count has no
+# deadline to race.
 FUZZ_TARGETS := ./index/:FuzzCursor ./index/:FuzzLabelSelector ./index/:FuzzLabelsJSON ./index/:FuzzLabelsUnmarshalJSON \
-	./connection/edge/:FuzzDecodeMessage
+	./connection/edge/:FuzzDecodeMessage ./testenv/rbacdiff/:FuzzAuthorize
 FUZZTIME ?= 50000x
 
 ## test-fuzz: each fuzz target for FUZZTIME (their seed corpora also run in every go test)
 test-fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		echo "fuzz $${t#*:} for $(FUZZTIME)"; \
-		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) "$${t%%:*}"; \
+		$(GO) test -C "$${t%%:*}" -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) .; \
 	done
 
 ## check-generated: go generate ./... must change no file (gqlgen output is committed)
