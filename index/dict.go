@@ -507,21 +507,11 @@ func dropID(ids []uint32, id uint32) []uint32 {
 // held returns how many kindInfos the dictionary maps, for metrics.
 func (d *kindDict) held() int { return len(d.infos) }
 
-// labelPair is one interned key=value: ids into the key and value
-// dictionaries, and the posting list of the rows that carry it. Keeping
-// the list beside the ids makes indexing a label one cache miss instead of
-// two (there are about 1.7M pairs at 1M objects).
-type labelPair struct {
-	kid  uint32
-	vid  uint32
-	rows postings
-}
-
 // labelDict interns label keys, values and key=value pairs. Rows hold
 // sorted pair ids (4 bytes per label) and the label index keeps one posting
 // list per pair and per key. Pairs are keyed by (key id, value id) so that
-// a pair costs 32 bytes in pairs (TestLabelPairSize) plus its id table
-// slot, whatever its strings.
+// a pair costs 32 bytes in pairs (8 of ids, 24 of posting list:
+// TestLabelPairSize) plus its id table slot, whatever its strings.
 //
 // Interning a label takes three hashed lookups, and that is faster than
 // one: the key and value dictionaries are small and stay in cache, so the
@@ -555,8 +545,7 @@ func pairHash(kid, vid uint32) uint64 { return mix64(uint64(kid)<<32 | uint64(vi
 // findPair returns the pair id of key id kid and value id vid, if interned.
 func (d *labelDict) findPair(kid, vid uint32) (uint32, bool) {
 	return d.pairIDs.find(pairHash(kid, vid), func(pid uint32) bool {
-		p := d.pairs.at(pid)
-		return p.kid == kid && p.vid == vid
+		return d.pairs.kv(pid) == pairKV{kid: kid, vid: vid}
 	})
 }
 
@@ -575,9 +564,9 @@ func (d *labelDict) internIDs(kid, vid uint32) uint32 {
 	d.values.ref(vid)
 	id, ok := d.rc.pop()
 	if ok {
-		*d.pairs.at(id) = labelPair{kid: kid, vid: vid}
+		d.pairs.set(id, pairKV{kid: kid, vid: vid})
 	} else {
-		id = d.pairs.add(labelPair{kid: kid, vid: vid})
+		id = d.pairs.add(pairKV{kid: kid, vid: vid})
 	}
 	d.pairIDs.add(pairHash(kid, vid), id)
 	return id
@@ -603,8 +592,8 @@ func (d *labelDict) recycle(seq, epoch, feedFirst, oldestRead uint64) int {
 	d.values.reclaim(feedFirst, oldestRead)
 	n := 0
 	if len(d.rc.zero) > 0 {
-		n += d.rc.unmapZero(seq, epoch, func(pid uint32) bool { return d.pairs.at(pid).rows.len() == 0 }, func(pid uint32) bool {
-			p := d.pairs.at(pid)
+		n += d.rc.unmapZero(seq, epoch, func(pid uint32) bool { return d.pairs.rows(pid).len() == 0 }, func(pid uint32) bool {
+			p := d.pairs.kv(pid)
 			return d.pairIDs.remove(pairHash(p.kid, p.vid), pid)
 		})
 	}
@@ -626,10 +615,10 @@ func (d *labelDict) lookup(key, value string) (uint32, bool) {
 
 // reclaimPair frees pair pid, which counted as a use of its key and value.
 func (d *labelDict) reclaimPair(pid uint32) {
-	p := d.pairs.at(pid)
+	p := d.pairs.kv(pid)
 	d.keys.unref(p.kid)
 	d.values.unref(p.vid)
-	*p = labelPair{}
+	d.pairs.set(pid, pairKV{})
 }
 
 // held returns how many pairs the dictionary holds, as strDict.held.
@@ -648,17 +637,16 @@ type pairKV struct{ kid, vid uint32 }
 
 // appendPairs appends the key and value ids of r's labels to dst.
 //
-// Building Labels reads each label's pair, a random load in a table of
-// about 54 MB at 1M objects, so mostly a cache miss; work between two of
-// them keeps the processor from starting the next before the last has
-// arrived. This loop does nothing else, so its loads overlap: a page
+// Building Labels reads each label's ids, a random load in a table of
+// about 14 MB at 1M objects (see pairTable), often a cache miss; work
+// between two of them keeps the processor from starting the next before
+// the last has arrived. This loop does nothing else, so its loads overlap: a page
 // gathers the pairs of all its new rows first, then builds their Labels
 // from dst (labelsOf).
 func (d *labelDict) appendPairs(dst []pairKV, r *objRow) []pairKV {
 	ls := r.labels()
 	for i := range ls.len() {
-		p := d.pairs.at(ls.at(i))
-		dst = append(dst, pairKV{kid: p.kid, vid: p.vid})
+		dst = append(dst, d.pairs.kv(ls.at(i)))
 	}
 	return dst
 }
@@ -679,35 +667,60 @@ func (d *labelDict) labelsOf(dst []labelKV, kvs []pairKV) Labels {
 }
 
 // key and value return the strings of a pair.
-func (d *labelDict) key(pid uint32) string   { return d.keys.str(d.pairs.at(pid).kid) }
-func (d *labelDict) value(pid uint32) string { return d.values.str(d.pairs.at(pid).vid) }
+func (d *labelDict) key(pid uint32) string   { return d.keys.str(d.pairs.kv(pid).kid) }
+func (d *labelDict) value(pid uint32) string { return d.values.str(d.pairs.kv(pid).vid) }
 
-// pairTable holds the label pairs by id in pages of a fixed size. A slice
-// that grows by append copies every pair it holds each time it grows: at
-// 1M objects (1.7M pairs of 48 bytes) that was about 400 MB allocated and
-// most of it copied while a new replica restored the fleet, on the
-// goroutine that interns labels (upsertBulk), which bounds a bulk write.
-// Pages are never copied, so a pair's address is also stable.
+// pairTable holds the label pairs by id: each pair's key and value ids,
+// and the posting list of the rows that carry it, in two tables of pages
+// of a fixed size. A slice that grows by append copies every pair it holds
+// each time it grows: at 1M objects (1.7M pairs) that was about 400 MB
+// allocated and most of it copied while a new replica restored the fleet,
+// on the goroutine that interns labels (upsertBulk), which bounds a bulk
+// write. Pages are never copied, so a list's address is also stable.
+//
+// The ids are apart from the lists so that what reads use is small: an
+// Object's labels, a label selector's check of a row and the check of an
+// interned pair read the ids only, 8 bytes a pair (about 14 MB at 1M
+// objects, with no pointers), where ids and list together were 32 bytes a
+// pair in one table of about 54 MB, four times the pages and the cache
+// lines for the same loads. Indexing a row's labels reads both (the key id
+// for the key's list), two loads a label where one table had one; the
+// memory is the same 32 bytes a pair.
 type pairTable struct {
-	pages [][]labelPair
+	kvs   [][]pairKV
+	lists [][]postings
 	n     int
 }
 
-// pairPageBits sets the page size: 4,096 pairs, 128 KiB.
+// pairPageBits sets the page size: 4,096 pairs, 32 KiB of ids and 96 KiB
+// of lists.
 const pairPageBits = 12
 
-// at returns pair id, which must be below len.
-func (t *pairTable) at(id uint32) *labelPair {
-	return &t.pages[id>>pairPageBits][id&(1<<pairPageBits-1)]
+// kv returns the key and value ids of pair id, which must be below len.
+func (t *pairTable) kv(id uint32) pairKV {
+	return t.kvs[id>>pairPageBits][id&(1<<pairPageBits-1)]
 }
 
-// add appends p and returns its id.
-func (t *pairTable) add(p labelPair) uint32 {
-	if t.n>>pairPageBits == len(t.pages) {
-		t.pages = append(t.pages, make([]labelPair, 1<<pairPageBits))
+// rows returns the posting list of pair id, which must be below len.
+func (t *pairTable) rows(id uint32) *postings {
+	return &t.lists[id>>pairPageBits][id&(1<<pairPageBits-1)]
+}
+
+// set gives pair id, which must be below len, the ids kv and an empty
+// list.
+func (t *pairTable) set(id uint32, kv pairKV) {
+	t.kvs[id>>pairPageBits][id&(1<<pairPageBits-1)] = kv
+	*t.rows(id) = postings{}
+}
+
+// add appends a pair of ids kv and an empty list, and returns its id.
+func (t *pairTable) add(kv pairKV) uint32 {
+	if t.n>>pairPageBits == len(t.kvs) {
+		t.kvs = append(t.kvs, make([]pairKV, 1<<pairPageBits))
+		t.lists = append(t.lists, make([]postings, 1<<pairPageBits))
 	}
 	id := uint32(t.n)
-	*t.at(id) = p
+	t.set(id, kv)
 	t.n++
 	return id
 }

@@ -261,8 +261,9 @@ func TestKindsReclaimed(t *testing.T) {
 }
 
 // TestLabelPairsAcrossPages writes rows with more distinct label pairs than
-// a page of the pair table holds, and reads every row's labels back: a
-// pair id must name its own pair on every page.
+// a page of the pair table holds, and reads every row's labels back and
+// every pair's list of rows: a pair id must name its own ids and its own
+// list (pairTable keeps them in two tables) on every page.
 func TestLabelPairsAcrossPages(t *testing.T) {
 	s, _ := newTestStore(t)
 	const rows = 1<<pairPageBits + 500 // two labels of their own each: over 2 pages of pairs
@@ -282,6 +283,16 @@ func TestLabelPairsAcrossPages(t *testing.T) {
 		}
 		if fmt.Sprint(got.Labels) != fmt.Sprint(w.Labels) {
 			t.Fatalf("%s: labels %v, want %v", w.Key(), got.Labels, w.Labels)
+		}
+	}
+	for i, w := range want {
+		pid, ok := s.x.labels.lookup(fmt.Sprintf("k-%d", i), fmt.Sprintf("v-%d", i))
+		if !ok {
+			t.Fatalf("row %d: its own pair is not interned", i)
+		}
+		k := w.Key()
+		if l := s.x.labels.pairs.rows(pid); l.len() != 1 || !l.has(s.x.lookup(&k).rid) {
+			t.Fatalf("row %d: the list of its own pair %d has %d rows, not just it", i, pid, l.len())
 		}
 	}
 }

@@ -358,7 +358,7 @@ func (p *plan) matchLabel(lr *labelReq, r *objRow) bool {
 		ls := r.labels()
 		for i := range ls.len() {
 			id := ls.at(i)
-			if p.x.labels.pairs.at(id).kid == lr.key {
+			if p.x.labels.pairs.kv(id).kid == lr.key {
 				pid, has = id, true
 				break
 			}

@@ -115,8 +115,7 @@ func checkListOrders(t *testing.T, s *Store, round int) map[*postings]bool {
 		check(fmt.Sprintf("cell %d", k), p, &x.cellOrders)
 	}
 	for pid := range uint32(x.labels.pairs.len()) {
-		lp := x.labels.pairs.at(pid)
-		check(fmt.Sprintf("pair %s=%s", x.labels.key(pid), x.labels.value(pid)), &lp.rows, &x.labelOrders)
+		check(fmt.Sprintf("pair %s=%s", x.labels.key(pid), x.labels.value(pid)), x.labels.pairs.rows(pid), &x.labelOrders)
 	}
 	if round%20 != 0 {
 		return has

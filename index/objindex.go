@@ -373,10 +373,10 @@ func (x *objIndex) addLabels(r *objRow, v rowView) {
 	ls := r.labels()
 	for i := range ls.len() {
 		pid := ls.at(i)
-		lp := x.labels.pairs.at(pid)
-		lp.rows.add(rid, n)
-		x.labelOrders.added(x, &lp.rows, rid, v)
-		kid := lp.kid
+		rows := x.labels.pairs.rows(pid)
+		rows.add(rid, n)
+		x.labelOrders.added(x, rows, rid, v)
+		kid := x.labels.pairs.kv(pid).kid
 		if int(kid) >= len(x.keyPost) {
 			x.keyPost = slices.Grow(x.keyPost, int(kid)+1-len(x.keyPost))[:kid+1]
 		}
@@ -390,13 +390,13 @@ func (x *objIndex) removeLabels(r *objRow, gen uint32) {
 	ls := r.labels()
 	for i := range ls.len() {
 		pid := ls.at(i)
-		lp := x.labels.pairs.at(pid)
-		lp.rows.remove(rid)
-		x.labelOrders.removed(&lp.rows, r, gen)
-		if lp.rows.len() == 0 {
+		rows := x.labels.pairs.rows(pid)
+		rows.remove(rid)
+		x.labelOrders.removed(rows, r, gen)
+		if rows.len() == 0 {
 			x.labels.unused(pid)
 		}
-		x.keyPost[lp.kid].remove(rid)
+		x.keyPost[x.labels.pairs.kv(pid).kid].remove(rid)
 	}
 }
 

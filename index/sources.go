@@ -432,7 +432,7 @@ func (p *plan) labelSource() (source, bool) {
 			continue
 		case lr.op == selection.Equals || lr.op == selection.DoubleEquals || lr.op == selection.In:
 			for pid := range lr.pids {
-				lists = append(lists, &x.labels.pairs.at(pid).rows)
+				lists = append(lists, x.labels.pairs.rows(pid))
 			}
 			pairs = true
 		case lr.op == selection.Exists || lr.op == selection.GreaterThan || lr.op == selection.LessThan:

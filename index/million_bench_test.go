@@ -1,0 +1,171 @@
+package index_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/index/indextest"
+	"github.com/fleetgraph/fleetgraph/index/memtables"
+)
+
+// millionEnv enables the benchmarks of the 1M-object fleet, which take
+// about a minute and a gigabyte to load.
+const millionEnv = "FLEETGRAPH_BENCH_1M"
+
+// millionFleet is fleetbench compare's 1M-object fleet, loaded as compare
+// loads it (one Replace per cluster and kind), and compare's Q1/Q2 keys:
+// 4,096 random objects, the same sequence.
+var millionFleet = sync.OnceValues(func() (*index.Store, []index.Key) {
+	f := indextest.DefaultFleet()
+	s := index.New(memtables.Open)
+	byKind := make([][]index.Object, len(indextest.Kinds))
+	err := f.Each(f.Namespaces*f.PerNamespace, func(rows []index.Object) error {
+		for k := range byKind {
+			byKind[k] = byKind[k][:0]
+		}
+		for i := range rows {
+			k := slices.IndexFunc(indextest.Kinds, func(k index.Kind) bool { return k.Kind == rows[i].Kind })
+			byKind[k] = append(byKind[k], rows[i])
+		}
+		for k, kr := range byKind {
+			if err := s.Replace(context.Background(), rows[0].Cluster, indextest.Kinds[k], kr); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		panic(err)
+	}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	keys := make([]index.Key, 4096)
+	for i := range keys {
+		o := f.Object(rnd.IntN(f.Size()))
+		keys[i] = o.Key()
+	}
+	return s, keys
+})
+
+// BenchmarkObjectsMillion times the calls that build Objects at 1M
+// objects, as fleetbench compare makes them: get is Q1 (Store.Get of
+// 4,096 random keys in turn), page is Q2 (one kind in one namespace of
+// one cluster, first 100 by name, for the same keys; most of its rows
+// are not in the page cache); objects is the page's Objects alone
+// (pageObjects, for the rows of the same pages). Each reads every label of what it got, as
+// a caller that serves them would. Set FLEETGRAPH_BENCH_1M=1 to run it.
+func BenchmarkObjectsMillion(b *testing.B) {
+	if os.Getenv(millionEnv) == "" {
+		b.Skip("set " + millionEnv + "=1 to load the 1M-object fleet")
+	}
+	s, keys := millionFleet()
+	b.Run("get", func(b *testing.B) {
+		b.ReportAllocs()
+		i, n := 0, 0
+		defer cpuTimer(b)()
+		for b.Loop() {
+			o, ok := s.Get(keys[i%len(keys)])
+			if !ok {
+				b.Fatal("no object", keys[i%len(keys)])
+			}
+			n += countLabels(o)
+			i++
+		}
+		b.ReportMetric(float64(n)/float64(i), "labels/op")
+	})
+	b.Run("page", func(b *testing.B) {
+		queries := make([]index.Query, len(keys))
+		for i, k := range keys {
+			queries[i] = index.Query{
+				Filter: index.Filter{Clusters: []string{k.Cluster}, Namespaces: []string{k.Namespace}, Kinds: []string{k.Kind}},
+				First:  100, Access: &index.Access{All: true}, Order: index.Order{Field: index.OrderName},
+				NoTotal: true, NoEdgeCursors: true,
+			}
+		}
+		b.ReportAllocs()
+		i, rows, n := 0, 0, 0
+		defer cpuTimer(b)()
+		for b.Loop() {
+			pg, err := s.Query(context.Background(), queries[i%len(queries)])
+			if err != nil || len(pg.Edges) == 0 {
+				b.Fatal(err, len(pg.Edges))
+			}
+			for j := range pg.Edges {
+				n += countLabels(pg.Edges[j].Object)
+			}
+			rows += len(pg.Edges)
+			i++
+		}
+		b.ReportMetric(float64(rows)/float64(i), "rows/op")
+		b.ReportMetric(float64(n)/float64(i), "labels/op")
+	})
+	b.Run("objects", func(b *testing.B) {
+		pages := make([][]uint32, len(keys))
+		for i, k := range keys {
+			pages[i] = index.PageRowIDs(s, index.Query{
+				Filter: index.Filter{Clusters: []string{k.Cluster}, Namespaces: []string{k.Namespace}, Kinds: []string{k.Kind}},
+				First:  100, Access: &index.Access{All: true}, Order: index.Order{Field: index.OrderName},
+				NoTotal: true, NoEdgeCursors: true,
+			})
+		}
+		edges := make([]index.Edge, 100)
+		b.ReportAllocs()
+		i, n := 0, 0
+		defer cpuTimer(b)()
+		for b.Loop() {
+			p := pages[i%len(pages)]
+			index.PageObjects(s, p, edges)
+			for j := range p {
+				n += countLabels(edges[j].Object)
+			}
+			i++
+		}
+		b.ReportMetric(float64(n)/float64(i), "labels/op")
+	})
+}
+
+// countLabels reads every label of o, key and value, as a caller that
+// serves them does.
+func countLabels(o *index.Object) int {
+	n := 0
+	for k, v := range o.Labels.All() {
+		n += min(len(k), 1) + min(len(v), 1)
+	}
+	return n
+}
+
+// cpuTimer reports the CPU time of this thread per op when the returned
+// function runs: on a loaded machine, wall time per op counts the time
+// other processes had the core.
+//
+// It also collects and then stops the garbage collector until then: at 1M
+// objects a collection marks about a gigabyte, and one in the timed loop
+// (the loop allocates a few GB in a few seconds) costs its reads the
+// collector's CPU and caches, where compare's thousand queries run
+// between collections.
+func cpuTimer(b *testing.B) func() {
+	runtime.GC()
+	gc := debug.SetGCPercent(-1)
+	runtime.LockOSThread()
+	start := threadCPU()
+	return func() {
+		b.ReportMetric(float64(threadCPU()-start)/float64(b.N), "cpu-ns/op")
+		runtime.UnlockOSThread()
+		debug.SetGCPercent(gc)
+	}
+}
+
+func threadCPU() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(1 /* RUSAGE_THREAD */, &ru); err != nil {
+		panic(err)
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
