@@ -31,3 +31,27 @@ func PageObjects(s *Store, rids []uint32, edges []Edge) {
 	}
 	s.x.pageObjects(edges[:len(rows)], rows)
 }
+
+// PlanOnly runs q's plan (compile, source choice and collect) under the
+// read lock, without building the page's objects, and returns its rows.
+// Benchmarks of the external test package time the plan with it.
+func PlanOnly(s *Store, q *Query) (int, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	p, err := s.x.compile(s.db, &q.Filter, q.Access)
+	if err != nil {
+		return 0, err
+	}
+	p.paced(s, context.Background())
+	defer p.pace.done()
+	rows, _, _, err := p.run(q.Order, nil, q.First, false)
+	return len(rows), err
+}
+
+// CompileOnly compiles q's filter under the read lock.
+func CompileOnly(s *Store, q *Query) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, err := s.x.compile(s.db, &q.Filter, q.Access)
+	return err
+}

@@ -15,6 +15,9 @@ import "slices"
 //   - posting lists of small row ids per (kind, status), cluster,
 //     (cluster, kind, status), (cluster, namespace), label key=value (in
 //     labelDict) and label key;
+//   - each row's namespace id and kind id by row id (nsOf, kidOf), so
+//     that a source's rows of other namespaces or kinds are passed over
+//     without loading them;
 //   - sorted runs of rows in (name, key) order for name-ordered pages
 //     (nameOrder), and each row's name prefix by row id, so that sorting a
 //     source by name rarely loads a row;
@@ -43,8 +46,13 @@ type objIndex struct {
 	// row: at 1M rows a viewer's page loaded 731 rows, two cache misses
 	// each, to show 100.
 	nsOf []uint32
-	gens []uint32 // by rid: bumped when the id is freed (see nameOrder)
-	free []uint32
+	// kidOf is, by rid, the row's kind id: a page of some kinds in a
+	// source that holds other kinds too (one namespace of one cluster)
+	// tells the rows of its kinds by it, without loading every row of the
+	// source (see plan.scan). 4 bytes a row.
+	kidOf []uint32
+	gens  []uint32 // by rid: bumped when the id is freed (see nameOrder)
+	free  []uint32
 
 	kindStatus map[uint32]*postings // by cellKey(kid, status)
 	byCluster  []*clusterAgg        // by cid; nil until the cluster has rows
@@ -152,11 +160,13 @@ func (x *objIndex) insertRow(r *objRow) {
 		x.rows[r.rid] = r
 		x.pfx[r.rid] = pfx
 		x.nsOf[r.rid] = r.nsid
+		x.kidOf[r.rid] = r.kind.kid
 	} else {
 		r.rid = uint32(len(x.rows))
 		x.rows = append(x.rows, r)
 		x.pfx = append(x.pfx, pfx)
 		x.nsOf = append(x.nsOf, r.nsid)
+		x.kidOf = append(x.kidOf, r.kind.kid)
 		x.gens = append(x.gens, 0)
 	}
 	k := x.keyOf(r)
@@ -221,6 +231,7 @@ func (x *objIndex) updateRow(old, r *objRow) {
 	}
 	ca := x.byCluster[r.cid]
 	if old.kind.kid != r.kind.kid {
+		x.kidOf[r.rid] = r.kind.kid
 		x.reshape(ca)
 		x.widenKindNames(r.kind.kid, x.pfx[r.rid])
 	}

@@ -131,13 +131,14 @@ func (f visitFunc) visit(rid uint32, exact bool) bool { return f(rid, exact) }
 // each when due. The error is the context's when the read stopped early.
 func (p *plan) scan(src source, v visitor) error {
 	pc := p.pace
-	exact := src.exact && (pc == nil || !pc.paused)
+	paused := pc != nil && pc.paused
+	exact, butKinds := src.exact && !paused, src.butKinds && !paused
 	if pc == nil || src.est <= scanChunk {
 		if src.list != nil { // no closure escapes: a small page allocates none here
-			src.list.each(func(rid uint32) bool { return v.visit(rid, exact) })
+			src.list.each(func(rid uint32) bool { return p.visitRow(v, rid, exact, butKinds) })
 			return nil
 		}
-		src.each(func(rid uint32) bool { return v.visit(rid, exact) })
+		src.each(func(rid uint32) bool { return p.visitRow(v, rid, exact, butKinds) })
 		return nil
 	}
 	var rest []uint32
@@ -150,7 +151,7 @@ func (p *plan) scan(src source, v visitor) error {
 			rest = append(make([]uint32, 0, max(src.est-visited, 1)), rid)
 		default:
 			visited++
-			stopped = !v.visit(rid, exact)
+			stopped = !p.visitRow(v, rid, exact, butKinds)
 		}
 		return !stopped
 	})
@@ -158,15 +159,29 @@ func (p *plan) scan(src source, v visitor) error {
 		if err := pc.pause(); err != nil {
 			return err
 		}
-		exact := src.exact && !pc.paused
+		exact, butKinds := src.exact && !pc.paused, src.butKinds && !pc.paused
 		for _, rid := range rest[start:min(start+scanChunk, len(rest))] {
 			if p.x.rows[rid] == nil { // deleted during a pause
 				continue
 			}
-			if !v.visit(rid, exact) {
+			if !p.visitRow(v, rid, exact, butKinds) {
 				return nil
 			}
 		}
 	}
 	return nil
+}
+
+// visitRow calls v.visit for row id rid of a source, unless the plan's
+// kinds filter rejects the row's kind id: a row of another kind is
+// passed over without being loaded (a cache miss or two). A row of a
+// butKinds source whose kind passes is known to match.
+func (p *plan) visitRow(v visitor, rid uint32, exact, butKinds bool) bool {
+	if exact || p.kids == nil {
+		return v.visit(rid, exact)
+	}
+	if kid := p.x.kidOf[rid]; int(kid) >= len(p.kids) || !p.kids[kid] {
+		return true
+	}
+	return v.visit(rid, butKinds)
 }

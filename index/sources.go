@@ -13,6 +13,12 @@ import (
 type source struct {
 	est   int
 	exact bool
+	// butKinds means every row it yields matches the filter and is
+	// visible but for the kinds filter, which the scan tells by the row's
+	// kind id (objIndex.kidOf) without loading the row: one kind in one
+	// namespace of one cluster is a few rows of the namespace's list,
+	// which holds every kind.
+	butKinds bool
 	// list, when set, is the whole source: one small posting list (a
 	// namespace's rows), read and probed with no closure or copy of its
 	// own (see eachID and contains); each and has are then nil.
@@ -62,7 +68,9 @@ func (p *plan) bestSource() source {
 		}
 	}
 	consider(p.scopeSource(best))
-	consider(p.kindStatusSource(best))
+	if best.est > smallScope {
+		consider(p.kindStatusSource(best))
+	}
 	consider(p.labelSource())
 	if !p.accessAll {
 		consider(p.accessSource(best.est))
@@ -73,6 +81,14 @@ func (p *plan) bestSource() source {
 	}
 	return best
 }
+
+// smallScope is the most rows of a cluster and namespace scope that
+// bestSource takes without sizing the kind and status lists: sizing them
+// costs a map lookup and a list header for each cell of the filter's
+// kinds, cache misses that cost about what testing this many rows' kind
+// ids does (a page of one kind in one namespace of one cluster: ten rows
+// at 1M objects), and a kind's fleet-wide lists are seldom smaller.
+const smallScope = 64
 
 // beats reports whether a source of est rows, exact or not, is better than
 // best: smaller, or as small and exact (the narrower source on a tie).
@@ -407,13 +423,20 @@ func (p *plan) scopeSource(best source) (source, bool) {
 		return source{}, false
 	}
 	est := listsLen(lists)
-	if !beats(est, false, best) {
+	// The lists hold the rows of the clusters and namespaces the filter
+	// allows, each once: with no other dimension but kinds, and every row
+	// visible, they are exact but for the kinds.
+	rest := p.accessAll && p.statuses == 0 && p.aggregatable()
+	exact, butKinds := rest && p.kids == nil, rest && p.kids != nil
+	if !beats(est, exact, best) {
 		return source{}, false
 	}
 	if l := oneSmallList(lists, est); l != nil {
-		return source{est: est, list: l}, true // lists stays on the stack
+		return source{est: est, exact: exact, butKinds: butKinds, list: l}, true // lists stays on the stack
 	}
-	return x.unionSource(slices.Clone(lists), est), true
+	s := x.unionSource(slices.Clone(lists), est)
+	s.exact, s.butKinds = exact, butKinds
+	return s, true
 }
 
 // labelSource is the smallest source of one positive label requirement:
