@@ -1,6 +1,7 @@
 package index
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 )
@@ -19,11 +20,23 @@ func TestScopeSourceKinds(t *testing.T) {
 			Resource: kind.Resource, Name: name, UID: "u-" + ns + name, Status: st,
 		}
 	}
-	mustNoErr(t, s.Replace(ctxb, "c", podKind, []Object{
-		obj(podKind, "a", "p0", StatusHealthy), obj(podKind, "a", "p1", StatusHealthy),
-		obj(podKind, "a", "p2", StatusUnhealthy), obj(podKind, "b", "p3", StatusHealthy),
-	}))
-	mustNoErr(t, s.Replace(ctxb, "c", svcKind, []Object{obj(svcKind, "a", "s0", StatusHealthy)}))
+	// Namespace "big" has more rows than smallScope: the fleet-wide
+	// (kind, status) lists are sized too.
+	big := []Object{obj(podKind, "a", "p0", StatusHealthy), obj(podKind, "a", "p1", StatusHealthy),
+		obj(podKind, "a", "p2", StatusUnhealthy), obj(podKind, "b", "p3", StatusHealthy)}
+	for i := range smallScope {
+		big = append(big, obj(podKind, "big", fmt.Sprintf("q%02d", i), StatusHealthy))
+	}
+	mustNoErr(t, s.Replace(ctxb, "c", podKind, big))
+	// Services are more in namespace "b" than all rows of "big", so that
+	// the list of "big" is the best source of its Services.
+	svcs := []Object{
+		obj(svcKind, "a", "s0", StatusHealthy), obj(svcKind, "big", "s1", StatusHealthy), obj(svcKind, "big", "s2", StatusHealthy),
+	}
+	for i := range 2 * smallScope {
+		svcs = append(svcs, obj(svcKind, "b", fmt.Sprintf("t%03d", i), StatusHealthy))
+	}
+	mustNoErr(t, s.Replace(ctxb, "c", svcKind, svcs))
 	fluxRows := func(kind Kind) []Object {
 		return []Object{obj(kind, "a", "k0", StatusHealthy), obj(kind, "a", "k1", StatusHealthy)}
 	}
@@ -58,6 +71,11 @@ func TestScopeSourceKinds(t *testing.T) {
 	t.Run("kind", func(t *testing.T) { check(t, in("Pod"), []string{"p0", "p1", "p2"}, false, true) })
 	t.Run("two kinds", func(t *testing.T) { check(t, in("pods", "Service"), []string{"p0", "p1", "p2", "s0"}, false, true) })
 	t.Run("no kind", func(t *testing.T) { check(t, in(), []string{"k0", "k1", "p0", "p1", "p2", "s0"}, true, false) })
+	t.Run("kind in a large namespace", func(t *testing.T) {
+		f := in("Service")
+		f.Namespaces = []string{"big"}
+		check(t, f, []string{"s1", "s2"}, false, true)
+	})
 	t.Run("kind and status", func(t *testing.T) {
 		f := in("Pod")
 		f.Statuses = []Status{StatusUnhealthy}
