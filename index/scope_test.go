@@ -22,8 +22,10 @@ func TestScopeSourceKinds(t *testing.T) {
 	}
 	// Namespace "big" has more rows than smallScope: the fleet-wide
 	// (kind, status) lists are sized too.
-	big := []Object{obj(podKind, "a", "p0", StatusHealthy), obj(podKind, "a", "p1", StatusHealthy),
-		obj(podKind, "a", "p2", StatusUnhealthy), obj(podKind, "b", "p3", StatusHealthy)}
+	big := []Object{
+		obj(podKind, "a", "p0", StatusHealthy), obj(podKind, "a", "p1", StatusHealthy),
+		obj(podKind, "a", "p2", StatusUnhealthy), obj(podKind, "b", "p3", StatusHealthy),
+	}
 	for i := range smallScope {
 		big = append(big, obj(podKind, "big", fmt.Sprintf("q%02d", i), StatusHealthy))
 	}
