@@ -7,9 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/index/indextest"
@@ -81,7 +79,7 @@ func BenchmarkQ2Million(b *testing.B) {
 		queries[i] = q2Query(k)
 	}
 	b.Run("page", func(b *testing.B) {
-		defer threadCPU(b)()
+		defer cpuPerOp(b)()
 		i := 0
 		for b.Loop() {
 			pg, err := s.Query(context.Background(), queries[i%len(queries)])
@@ -92,7 +90,7 @@ func BenchmarkQ2Million(b *testing.B) {
 		}
 	})
 	b.Run("plan", func(b *testing.B) {
-		defer threadCPU(b)()
+		defer cpuPerOp(b)()
 		i := 0
 		for b.Loop() {
 			if n, err := index.PlanOnly(s, &queries[i%len(queries)]); err != nil || n == 0 {
@@ -102,7 +100,7 @@ func BenchmarkQ2Million(b *testing.B) {
 		}
 	})
 	b.Run("compile", func(b *testing.B) {
-		defer threadCPU(b)()
+		defer cpuPerOp(b)()
 		i := 0
 		for b.Loop() {
 			if err := index.CompileOnly(s, &queries[i%len(queries)]); err != nil {
@@ -113,25 +111,17 @@ func BenchmarkQ2Million(b *testing.B) {
 	})
 }
 
-// threadCPU reports allocations and the benchmark thread's CPU time per
+// cpuPerOp reports allocations and the benchmark thread's CPU time per
 // operation (cpu-ns/op), which a loaded machine disturbs less than the
-// wall time: call it at the start of a benchmark and defer what it
+// wall time, with the garbage collector on as a server runs it (cpuTimer
+// turns it off): call it at the start of a benchmark and defer what it
 // returns.
-func threadCPU(b *testing.B) func() {
+func cpuPerOp(b *testing.B) func() {
 	b.ReportAllocs()
 	runtime.LockOSThread()
-	start := threadTime(b)
+	start := threadCPU()
 	return func() {
-		b.ReportMetric(float64((threadTime(b)-start).Nanoseconds())/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(threadCPU()-start)/float64(b.N), "cpu-ns/op")
 		runtime.UnlockOSThread()
 	}
-}
-
-// threadTime returns the CPU time of the calling thread.
-func threadTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(1 /* RUSAGE_THREAD */, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
