@@ -2,56 +2,12 @@ package index_test
 
 import (
 	"context"
-	"math/rand/v2"
 	"os"
 	"runtime"
-	"slices"
-	"sync"
 	"testing"
 
 	"github.com/fleetgraph/fleetgraph/index"
-	"github.com/fleetgraph/fleetgraph/index/indextest"
-	"github.com/fleetgraph/fleetgraph/index/memtables"
 )
-
-// bench1MEnv enables the benchmarks of the 1M-object fleet, which take
-// about a minute and a gigabyte to load.
-const bench1MEnv = "FLEETGRAPH_BENCH_1M"
-
-// q2Fleet is fleetbench compare's 1M-object fleet, loaded the way compare
-// loads it (one Replace per cluster and kind, so that a cluster's row ids
-// are grouped by kind, as after a collector's first sync), and compare's
-// Q2 keys: 4,096 random objects, the same sequence.
-var q2Fleet = sync.OnceValues(func() (*index.Store, []index.Key) {
-	f := indextest.Fleet{Clusters: 100, Namespaces: 1000, PerNamespace: 10, Seed: 1}
-	s := index.New(memtables.Open)
-	byKind := make([][]index.Object, len(indextest.Kinds))
-	err := f.Each(f.Namespaces*f.PerNamespace, func(rows []index.Object) error {
-		for k := range byKind {
-			byKind[k] = byKind[k][:0]
-		}
-		for i := range rows {
-			k := slices.IndexFunc(indextest.Kinds, func(k index.Kind) bool { return k.Kind == rows[i].Kind })
-			byKind[k] = append(byKind[k], rows[i])
-		}
-		for k, kr := range byKind {
-			if err := s.Replace(context.Background(), rows[0].Cluster, indextest.Kinds[k], kr); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		panic(err)
-	}
-	rnd := rand.New(rand.NewPCG(1, 2))
-	keys := make([]index.Key, 4096)
-	for i := range keys {
-		o := f.Object(rnd.IntN(f.Size()))
-		keys[i] = o.Key()
-	}
-	return s, keys
-})
 
 // q2Query is compare's Q2 request for key k.
 func q2Query(k index.Key) index.Query {
@@ -70,10 +26,10 @@ func q2Query(k index.Key) index.Query {
 // plan alone (compile, source choice and collect, without the page's
 // objects). Set FLEETGRAPH_BENCH_1M=1 to run it.
 func BenchmarkQ2Million(b *testing.B) {
-	if os.Getenv(bench1MEnv) == "" {
-		b.Skip("set " + bench1MEnv + "=1 to load the 1M-object fleet")
+	if os.Getenv(millionEnv) == "" {
+		b.Skip("set " + millionEnv + "=1 to load the 1M-object fleet")
 	}
-	s, keys := q2Fleet()
+	s, keys := millionFleet()
 	queries := make([]index.Query, len(keys))
 	for i, k := range keys {
 		queries[i] = q2Query(k)
