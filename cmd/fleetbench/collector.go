@@ -8,10 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
-	"runtime/debug"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -152,22 +149,16 @@ func syncOnce(ctx context.Context, c *testcluster.Cluster, logger *slog.Logger, 
 }
 
 // peakGrowth runs fn and returns how far the resident set peaked above
-// where it started: garbage is collected and returned to the OS first,
-// then the kernel's peak (VmHWM) is reset (clear_refs 5).
+// where it started (baselineRSS).
 func peakGrowth(fn func() error) (int64, error) {
-	runtime.GC()
-	debug.FreeOSMemory()
-	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
-		return 0, fmt.Errorf("reset peak RSS: %w", err)
-	}
-	before, err := procStatus("VmRSS:")
+	before, err := baselineRSS()
 	if err != nil {
 		return 0, err
 	}
 	if err := fn(); err != nil {
 		return 0, err
 	}
-	peak, err := procStatus("VmHWM:")
+	_, peak, err := procRSS(os.Getpid())
 	if err != nil {
 		return 0, err
 	}
@@ -265,22 +256,4 @@ func countItems(l k8sruntime.Object, err error) (int, error) {
 		return 0, err
 	}
 	return meta.LenList(l), nil
-}
-
-// procStatus reads a size field of /proc/self/status ("VmRSS:") in bytes.
-func procStatus(field string) (int64, error) {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0, fmt.Errorf("read /proc/self/status: %w", err)
-	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, field); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("parse %s %q: %w", field, v, err)
-			}
-			return kb << 10, nil
-		}
-	}
-	return 0, fmt.Errorf("no %s in /proc/self/status", field)
 }

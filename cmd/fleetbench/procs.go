@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -168,12 +170,21 @@ func procRSS(pid int) (rss, peak int64, err error) {
 	return rss, peak, nil
 }
 
-// resetPeakRSS resets the process's peak RSS (VmHWM) to its current RSS
-// (Linux's /proc/self/clear_refs, "5"), so that a peak read later is the
-// peak since now.
-func resetPeakRSS() error {
+// baselineRSS starts a peak measurement: it collects the garbage and
+// returns the freed pages to the OS (debug.FreeOSMemory), resets the
+// process's peak RSS (VmHWM) to its current RSS (Linux's
+// /proc/self/clear_refs, "5"), and returns that RSS (VmRSS). A peak read
+// later (procRSS) less it is what the process grew by since. Without
+// returning the freed pages first, garbage of what ran before (generating
+// a fleet, an earlier run) would sit in the baseline as retained heap, and
+// the measured load would reuse those pages instead of growing the
+// process: its growth would read smaller than it is.
+func baselineRSS() (int64, error) {
+	runtime.GC()
+	debug.FreeOSMemory()
 	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
-		return fmt.Errorf("resetting the peak RSS: %w", err)
+		return 0, fmt.Errorf("resetting the peak RSS: %w", err)
 	}
-	return nil
+	rss, _, err := procRSS(os.Getpid())
+	return rss, err
 }

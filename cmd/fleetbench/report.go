@@ -132,7 +132,9 @@ fleetgraph and Redis as growth of a process's RSS over the load, PostgreSQL as r
 size (what it stores; its server's shared buffers are not counted), SQLite as file size.
 fleetgraph runs in the fleetbench process and is the first store loaded there: its figure is the
 process's peak RSS (VmHWM, reset right before the load) over the load less its RSS right before
-it, so it holds nothing but the load: the live heap the index holds, reported beside it, plus the
+it, taken after a collection that returns the freed pages to the OS (debug.FreeOSMemory, since
+session 11: before, the garbage of generating the fleet sat in the baseline as retained heap that
+the load reused without growing the process), so it holds nothing but the load: the live heap the index holds, reported beside it, plus the
 garbage collector's headroom. With GOGC at 100 (the Go default) the heap may
 grow to twice the live heap before a collection, and the runtime keeps the pages it grew to.
 ` + "`fleetgraph serve`" + ` bounds that headroom by default (internal/gcpolicy, ` + "`--gc-headroom`" + `,
