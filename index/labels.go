@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 
 	"k8s.io/apimachinery/pkg/labels"
 )
@@ -178,13 +179,131 @@ func (l Labels) MarshalJSON() ([]byte, error) {
 // accepting and rejecting what decoding into a map[string]string did
 // (null gives no labels; a key given twice keeps its last value). It
 // replaces the labels, where decoding into a non-nil map added to it.
+//
+// It decodes the object straight into the sorted pairs: one allocation
+// for the pairs and one for the bytes of all their strings, where a map
+// and LabelsOf cost the map, a string per key and value and the pairs
+// (review-s10-index L7: the edge hub decodes every row it is sent this
+// way). Input that way does not take (a string with an escape, a control
+// character or invalid UTF-8, or anything but an object of strings,
+// errors included) is decoded through a map as before, so that the
+// results and errors are the map's (FuzzLabelsUnmarshalJSON).
 func (l *Labels) UnmarshalJSON(b []byte) error {
-	var m map[string]string
-	if err := json.Unmarshal(b, &m); err != nil {
-		return err
+	n, size := 0, 0
+	if !scanLabelsJSON(b, func(key, value []byte) { n, size = n+1, size+len(key)+len(value) }) {
+		var m map[string]string
+		if err := json.Unmarshal(b, &m); err != nil {
+			return err
+		}
+		*l = LabelsOf(m)
+		return nil
 	}
-	*l = LabelsOf(m)
+	if n == 0 {
+		*l = Labels{}
+		return nil
+	}
+	// The strings as scanLabelsJSON found them (raw is what they decode
+	// to, as it takes only strings without escapes), one after the other.
+	buf := make([]byte, 0, size)
+	scanLabelsJSON(b, func(key, value []byte) { buf = append(append(buf, key...), value...) })
+	all := unsafe.String(unsafe.SliceData(buf), len(buf)) // buf is not written again
+	kv := make([]labelKV, 0, n)
+	off := 0
+	scanLabelsJSON(b, func(key, value []byte) {
+		k, v := off+len(key), off+len(key)+len(value)
+		kv = append(kv, labelKV{all[off:k], all[k:v]})
+		off = v
+	})
+	// Stable, so that a key given twice has its values in the order given,
+	// and the last is kept; not an insertion sort (sortLabels), as a row's
+	// labels are not counted against the quota until decoded.
+	slices.SortStableFunc(kv, compareLabelKV)
+	w := 0
+	for i := range kv {
+		if i+1 < len(kv) && kv[i+1].key == kv[i].key {
+			continue
+		}
+		kv[w] = kv[i]
+		w++
+	}
+	*l = Labels{kv: kv[:w]}
 	return nil
+}
+
+// scanLabelsJSON calls fn with the key and value of each member of b, a
+// JSON object of strings (or null, which has none), as the raw bytes
+// between their quotes, and reports whether b is one it takes: valid
+// JSON, and no string with an escape, a control character (invalid) or
+// invalid UTF-8 (which decodes to U+FFFD), so that each string's raw bytes
+// are what it decodes to. When it returns false, fn may have been called
+// for some members.
+func scanLabelsJSON(b []byte, fn func(key, value []byte)) bool {
+	i := skipJSONSpace(b, 0)
+	if rest := b[i:]; len(rest) >= 4 && string(rest[:4]) == "null" {
+		return skipJSONSpace(b, i+4) == len(b)
+	}
+	if i == len(b) || b[i] != '{' {
+		return false
+	}
+	if i = skipJSONSpace(b, i+1); i < len(b) && b[i] == '}' {
+		return skipJSONSpace(b, i+1) == len(b)
+	}
+	for {
+		key, j, ok := scanJSONString(b, i)
+		if !ok {
+			return false
+		}
+		if i = skipJSONSpace(b, j); i == len(b) || b[i] != ':' {
+			return false
+		}
+		value, j, ok := scanJSONString(b, skipJSONSpace(b, i+1))
+		if !ok {
+			return false
+		}
+		fn(key, value)
+		if i = skipJSONSpace(b, j); i == len(b) {
+			return false
+		}
+		switch b[i] {
+		case ',':
+			i = skipJSONSpace(b, i+1)
+		case '}':
+			return skipJSONSpace(b, i+1) == len(b)
+		default:
+			return false
+		}
+	}
+}
+
+// skipJSONSpace returns the index of the first byte of b from i on that is
+// not JSON whitespace.
+func skipJSONSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// scanJSONString returns the bytes between the quotes of the JSON string
+// at b[i] and the index after it, if it is a string scanLabelsJSON takes
+// (see there).
+func scanJSONString(b []byte, i int) (s []byte, next int, ok bool) {
+	if i == len(b) || b[i] != '"' {
+		return nil, i, false
+	}
+	ascii := true
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			s = b[i+1 : j]
+			return s, j + 1, ascii || utf8.Valid(s)
+		case c == '\\' || c < 0x20:
+			return nil, j, false
+		case c >= utf8.RuneSelf:
+			ascii = false
+		}
+	}
+	return nil, len(b), false
 }
 
 // appendJSONString appends s as a JSON string the way encoding/json

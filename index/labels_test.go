@@ -3,6 +3,8 @@ package index_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -155,27 +157,53 @@ func TestLabelsJSON(t *testing.T) {
 }
 
 // unmarshalLabelCases are JSON values that decode into labels or fail to,
-// each as a map[string]string does.
+// each as a map[string]string does: objects Labels decode themselves
+// (plain, duplicate keys, whitespace, non-ASCII) or hand to a map
+// (escapes, control characters, invalid UTF-8), and input the map
+// refuses. The first is BenchmarkLabelsUnmarshalJSON's labels.
 var unmarshalLabelCases = []string{
-	`{"a":"1","b":"2","a":"3"}`, `{}`, `null`, `{"a":null}`, `{"\ud800":"\udfff x","b\u00e9":"\u2028"}`, "{\"\xff\":\"\xfe\"}",
+	`{"app":"shop","tier":"web","app.kubernetes.io/name":"shop","team":"a","env":"prod"}`,
+	`{"a":"1","b":"2","a":"3"}`, `{"b":"1","a":"2","b":"3","a":"4","b":"5"}`, ` { "a" : "1" , "b":"" } `, "\t{\n}\r",
+	`{}`, `null`, ` null `, `{"é":"ü","日本":"語"}`, `{"":""}`,
+	`{"a":null}`, `{"\ud800":"\udfff x","b\u00e9":"\u2028"}`, "{\"\xff\":\"\xfe\"}", "{\"a\":\"\x01\"}", `{"a":"\"q\""}`,
 	`{"a":1}`, `{"a":{}}`, `[]`, `"x"`, `{"a":"1"`, `{"a" "1"}`, `true`, `{"a":"\x"}`, `{"a":["b"]}`,
+	`{"a":"1",}`, `{,}`, `{"a":"1"}x`, `{"a":"1"} {}`, `nul`, `nullx`, ``, ` `, `{"a":"1" "b":"2"}`, `{"a":"1"}}`,
 	`{"a":"1"},"labels":{"b":"2"}`,
 }
 
-// checkUnmarshalLikeMap checks that Labels decode in, alone and (when it
-// is one JSON value) as an Object's labels, as a map[string]string does:
-// an error when the map's decoding fails, else the same labels.
+// checkUnmarshalLikeMap checks that Labels decode in, called directly (so
+// that input encoding/json would not have passed reaches UnmarshalJSON
+// too), through json.Unmarshal and (when it is one JSON value) as an
+// Object's labels, as a map[string]string does: the same class of error
+// when the map's decoding fails, else the same labels, which marshal
+// back to the bytes the map marshals to.
 func checkUnmarshalLikeMap(t *testing.T, in []byte) {
 	t.Helper()
 	var m map[string]string
 	mapErr := json.Unmarshal(in, &m)
-	var l index.Labels
-	err := json.Unmarshal(in, &l)
-	if (err != nil) != (mapErr != nil) {
-		t.Fatalf("%q: error %v, the map's %v", in, err, mapErr)
+	var direct, viaJSON index.Labels
+	directErr := direct.UnmarshalJSON(in)
+	viaErr := json.Unmarshal(in, &viaJSON)
+	for _, got := range []struct {
+		how    string
+		labels index.Labels
+		err    error
+	}{{"UnmarshalJSON", direct, directErr}, {"json.Unmarshal", viaJSON, viaErr}} {
+		if jsonErrorClass(got.err) != jsonErrorClass(mapErr) {
+			t.Fatalf("%q: %s: error %v, the map's %v", in, got.how, got.err, mapErr)
+		}
+		if got.err == nil && !got.labels.Equal(index.LabelsOf(m)) {
+			t.Fatalf("%q: %s: labels %v, the map's %v", in, got.how, got.labels, m)
+		}
 	}
-	if err == nil && !l.Equal(index.LabelsOf(m)) {
-		t.Fatalf("%q: labels %v, the map's %v", in, l, m)
+	if mapErr == nil && len(m) > 0 {
+		want, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := json.Marshal(direct); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%q: marshaled back to %s (%v), the map to %s", in, got, err, want)
+		}
 	}
 	if !json.Valid(in) {
 		// Not one value: embedded, it could name the labels twice, and a
@@ -187,8 +215,8 @@ func checkUnmarshalLikeMap(t *testing.T, in []byte) {
 	var mo mapObject
 	mapErr = json.Unmarshal(row, &mo)
 	var lo labelsObject
-	err = json.Unmarshal(row, &lo)
-	if (err != nil) != (mapErr != nil) {
+	err := json.Unmarshal(row, &lo)
+	if jsonErrorClass(err) != jsonErrorClass(mapErr) {
 		t.Fatalf("%q: error %v, the map's %v", row, err, mapErr)
 	}
 	if err == nil && (!lo.Labels.Equal(index.LabelsOf(mo.Labels)) || lo.Name != mo.Name || lo.Status != mo.Status) {
@@ -197,8 +225,9 @@ func checkUnmarshalLikeMap(t *testing.T, in []byte) {
 }
 
 // FuzzLabelsUnmarshalJSON checks that arbitrary bytes decode into Labels,
-// alone and as an Object's labels, as into a map[string]string: an error
-// for what the map refuses, else the same labels.
+// alone and as an Object's labels, as into a map[string]string: the same
+// class of error for what the map refuses, else the same labels
+// (checkUnmarshalLikeMap).
 func FuzzLabelsUnmarshalJSON(f *testing.F) {
 	for _, in := range unmarshalLabelCases {
 		f.Add([]byte(in))
@@ -229,6 +258,22 @@ func FuzzLabelsJSON(f *testing.F) {
 			}
 		}
 	})
+}
+
+// jsonErrorClass names the kind of a decoding error: none, a syntax
+// error, a type mismatch, or another.
+func jsonErrorClass(err error) string {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case err == nil:
+		return "none"
+	case errors.As(err, &syntax):
+		return "syntax"
+	case errors.As(err, &typ):
+		return "type"
+	}
+	return fmt.Sprintf("other (%T)", err)
 }
 
 // encodeJSON encodes v as an Encoder does, escaping HTML or not.
