@@ -40,7 +40,7 @@ func (s *Store) replace(ctx context.Context, at int64, cluster string, kind Kind
 			return fmt.Errorf("%w: %s: Replace(%s, %s) got a row of another cluster or kind",
 				ErrInvalidRow, o.Key(), cluster, kind.GroupKind())
 		}
-		if err := validateRow(o); err != nil {
+		if err := ValidateRow(o); err != nil {
 			return fmt.Errorf("index: replace %s in %s: %w", kind.GroupKind(), cluster, err)
 		}
 	}
@@ -77,13 +77,8 @@ func (s *Store) upsertBatch(ctx context.Context, at int64, rows []Object) error 
 		return fmt.Errorf("index: upsert: %w", err)
 	}
 	for i := range rows {
-		if err := validateRow(&rows[i]); err != nil {
+		if err := ValidateRow(&rows[i]); err != nil {
 			return fmt.Errorf("index: upsert: %w", err)
-		}
-		if IsPolicyKind(rows[i].Group, rows[i].Kind) {
-			if _, err := policyValue(&rows[i]); err != nil {
-				return fmt.Errorf("index: upsert: %w", err)
-			}
 		}
 	}
 	s.writeGrouped(at, func(w *writeTxn) {

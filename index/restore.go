@@ -235,14 +235,11 @@ func (s *Store) RestoreCluster(ctx context.Context, snap ClusterSnapshot) error 
 		if o.Cluster != name {
 			return fmt.Errorf("%w: %s: restore of cluster %q got a row of another cluster", ErrInvalidRow, o.Key(), name)
 		}
-		if err := validateRow(o); err != nil {
+		if err := ValidateRow(o); err != nil {
 			return fmt.Errorf("index: restore cluster %q: %w", name, err)
 		}
 		if !IsPolicyKind(o.Group, o.Kind) {
 			continue
-		}
-		if _, err := policyValue(o); err != nil {
-			return fmt.Errorf("index: restore cluster %q: %w", name, err)
 		}
 		policies[o.Kind] = append(policies[o.Kind], *o)
 	}

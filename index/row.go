@@ -373,14 +373,23 @@ const maxOwners = 1<<24 - 1
 // ownersFit reports whether n owner references fit an objRow.
 func ownersFit(n int) bool { return n <= maxOwners }
 
-// validateRow checks the identity fields of a row (ValidateKey) and that
-// its parts fit an objRow.
-func validateRow(o *Object) error {
+// ValidateRow checks a row as the index does before it takes it
+// (UpsertBatch, ApplySnapshot): its identity fields (ValidateKey), that
+// its parts fit an objRow, and that an RBAC row is namespaced as its kind
+// is. An error wraps ErrInvalidRow. An edge holds its rows to it before
+// sending them (connection/edge's Quotas.checkRow), so that a row the
+// manager's index would refuse does not end the session.
+func ValidateRow(o *Object) error {
 	if err := ValidateKey(o.Key()); err != nil {
 		return err
 	}
 	if !ownersFit(len(o.OwnerRefs)) {
 		return fmt.Errorf("%w: %s: more than %d owner references", ErrInvalidRow, o.Key(), maxOwners)
+	}
+	if IsPolicyKind(o.Group, o.Kind) {
+		if _, err := policyValue(o); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -388,9 +397,7 @@ func validateRow(o *Object) error {
 // ValidateKey checks the identity fields of a row as the index does
 // before it takes the row or a delete of its key: cluster, kind and name
 // present, at most 4 KiB in all, no NUL. An error wraps ErrInvalidRow.
-// An edge holds its rows to it before sending them (connection/edge's
-// Quotas.checkRow), so that a row the manager's index would refuse does
-// not end the session.
+// The index checks a delete's key with it; ValidateRow checks a row's.
 func ValidateKey(k Key) error {
 	if k.Cluster == "" || k.Kind == "" || k.Name == "" {
 		return fmt.Errorf("%w: %s: cluster, kind and name are required", ErrInvalidRow, k)

@@ -1,6 +1,7 @@
 package index
 
 import (
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,7 +47,7 @@ func TestRowParts(t *testing.T) {
 	}
 	for _, o := range cases {
 		t.Run(o.Name, func(t *testing.T) {
-			if err := validateRow(&o); err != nil {
+			if err := ValidateRow(&o); err != nil {
 				t.Fatal(err)
 			}
 			r := x.buildRow(&o, x.internLabels(nil, o.Labels))
@@ -78,8 +79,31 @@ func TestValidateRowOwners(t *testing.T) {
 		t.Fatalf("maxOwners %d: want a count every object etcd stores fits", maxOwners)
 	}
 	o := Object{Cluster: "c", Kind: "Pod", Name: "p", OwnerRefs: manyOwners(1 << 16)}
-	if err := validateRow(&o); err != nil {
+	if err := ValidateRow(&o); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestValidateRowPolicy: an RBAC row must be namespaced as its kind is,
+// as UpsertBatch and ApplySnapshot require; ValidateRow, which an edge
+// holds its rows to, says so before the index is asked.
+func TestValidateRowPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		kind, namespace string
+		ok              bool
+	}{
+		{KindRole, "ns", true}, {KindRoleBinding, "ns", true}, {KindClusterRole, "", true}, {KindClusterRoleBinding, "", true},
+		{KindRole, "", false}, {KindRoleBinding, "", false}, {KindClusterRole, "ns", false}, {KindClusterRoleBinding, "ns", false},
+	} {
+		o := Object{Cluster: "c", Group: RBACGroup, Kind: tc.kind, Namespace: tc.namespace, Name: "n"}
+		err := ValidateRow(&o)
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrInvalidRow)) {
+			t.Errorf("%s in namespace %q: %v, want ok %v", tc.kind, tc.namespace, err, tc.ok)
+		}
+		st, _ := newTestStore(t)
+		if err := st.UpsertBatch(t.Context(), []Object{o}); (err == nil) != tc.ok {
+			t.Errorf("%s in namespace %q: UpsertBatch: %v, want ok %v", tc.kind, tc.namespace, err, tc.ok)
+		}
 	}
 }
 

@@ -56,13 +56,8 @@ func (s *Store) applySnapshot(ctx context.Context, at int64, cluster string, kin
 			if o.Cluster != cluster || o.Group != ks.Kind.Group || o.Kind != ks.Kind.Kind {
 				return fmt.Errorf("%w: %s: ApplySnapshot(%s) got it among the rows of %s", ErrInvalidRow, o.Key(), cluster, ks.Kind.GroupKind())
 			}
-			if err := validateRow(o); err != nil {
+			if err := ValidateRow(o); err != nil {
 				return fmt.Errorf("index: apply snapshot of %s: %w", cluster, err)
-			}
-			if IsPolicyKind(o.Group, o.Kind) {
-				if _, err := policyValue(o); err != nil {
-					return fmt.Errorf("index: apply snapshot of %s: %w", cluster, err)
-				}
 			}
 		}
 	}

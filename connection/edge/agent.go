@@ -237,15 +237,21 @@ type agentCounters struct {
 // AgentStats is a snapshot of an agent's counters, for tests, benchmarks
 // and logs.
 type AgentStats struct {
+	// Sessions counts sessions the manager welcomed. Rejects counts
+	// hellos and sessions the manager refused or ended with a reject, and
+	// LastReject is the last of them; a session the edge ended over the
+	// manager's messages is not one.
 	Sessions, Rejects      uint64
 	Messages, Bytes        uint64 // sent, before compression
 	Snapshots, Parts, Rows uint64 // snapshots sent, their parts, rows in them
 	Coalesced, Overflows   uint64 // changes merged in the buffer; buffer overflows
 	TooBig                 uint64 // rows dropped because no message could carry them
 	// OverQuota counts rows not sent because they are over one of the
-	// manager's per-row quotas (Welcome.MaxLabelsPerRow, MaxStringBytes):
-	// sent, they would end the session. A row is counted each time it is
-	// not sent (each resync), and logged once per kind and quota.
+	// manager's per-row quotas (Welcome.MaxLabelsPerRow, MaxStringBytes)
+	// or the index's rules (index.ValidateRow), or do not encode: sent,
+	// they would end the session. A row is counted each time it is not
+	// sent (each resync), and logged once per kind and quota. A delta
+	// sends a delete of its key instead, as for a row TooBig counts.
 	OverQuota uint64
 	// DeltasInSnapshot counts deltas sent between the parts of a
 	// snapshot (FeatureDeltasInSnapshot).
@@ -444,20 +450,24 @@ func (a *Agent) currentMetadata() map[string]string {
 }
 
 // connectLoop runs sessions until ctx ends, with jittered exponential
-// backoff between them; a session that was welcomed resets the backoff,
-// unless it ended over what the edge sent (refusesData).
+// backoff between them; a session may reset the backoff (resetsBackoff).
+// AgentStats.Rejects and LastReject count the manager's rejects only: a
+// session the edge ended over the manager's messages is its own
+// complaint, logged with the session's end.
 func (a *Agent) connectLoop(ctx context.Context) {
 	backoff := retry.New(retry.Reconnect(a.opts.BackoffInitial, a.opts.BackoffMax), nil)
 	for ctx.Err() == nil {
+		start := time.Now()
 		welcomed, err := a.session(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		if welcomed && !refusesData(err) {
+		rej := peerReject(err)
+		if resetsBackoff(welcomed, rej, time.Since(start)) {
 			backoff.Reset()
 		}
 		wait := backoff.Next()
-		if rej := asReject(err); rej != nil {
+		if rej != nil {
 			a.stats.rejects.Add(1)
 			a.stats.lastReject.Store(rej)
 			wait = max(wait, time.Duration(rej.RetryAfterMillis)*time.Millisecond)
@@ -469,18 +479,49 @@ func (a *Agent) connectLoop(ctx context.Context) {
 	}
 }
 
-// refusesData reports whether a session ended with a reject over the data
-// the edge sent (a row over a quota, a snapshot too large, a message the
-// manager found invalid or malformed, a row of another cluster). The next
-// session sends the same data, from a full snapshot, and would end the
-// same way, so the backoff is not reset: it keeps growing to BackoffMax.
-// Reset, a welcomed session's next try came after BackoffInitial (about
-// 0.5 s) every time, and the manager decoded the cluster's whole snapshot
-// twice a second (review-s10 H1). The edge skips the rows the manager's
-// per-row quotas refuse, so this only matters if the two sides' checks
-// ever disagree.
-func refusesData(err error) bool {
-	rej := asReject(err)
+// stableSession is how long a session must have lasted for its end to
+// reset the reconnect backoff even when the manager refused its data
+// (resetsBackoff). A session that long had its data taken: its first
+// snapshot and, at DefaultResyncMax, several full resyncs. A refusal after
+// it is over what changed since, and the next try should come soon; were
+// the backoff kept, one refusal long ago left every later reconnect at
+// BackoffMax (review-s10-edge L-E2). It is ten times
+// DefaultBackoffMax, so an edge refused this late every time costs the
+// manager one full snapshot per stableSession at most.
+const stableSession = 5 * time.Minute
+
+// resetsBackoff reports whether a session resets the reconnect backoff: it
+// was welcomed, and either it lasted stableSession or it did not end with
+// the manager refusing the data the edge sent (refusesData). rej is the
+// manager's reject (peerReject), nil for any other end.
+func resetsBackoff(welcomed bool, rej *Reject, lasted time.Duration) bool {
+	return welcomed && (lasted >= stableSession || !refusesData(rej))
+}
+
+// peerReject returns the reject the manager ended the session with (its
+// Reject message, or the reason of its close frame), and nil for any other
+// end, including a reject the edge raised itself over the manager's
+// messages (a RejectError): that one says nothing of the edge's data
+// (review-s10-edge L-E1).
+func peerReject(err error) *Reject {
+	var r *Reject
+	if errors.As(err, &r) {
+		return r
+	}
+	return nil
+}
+
+// refusesData reports whether the manager ended a session (rej, nil for
+// none) over the data the edge sent (a row over a quota, a snapshot too
+// large, a message the manager found invalid or malformed, a row of
+// another cluster). The next session sends the same data, from a full
+// snapshot, and would end the same way, so the backoff is not reset: it
+// keeps growing to BackoffMax. Reset, a welcomed session's next try came
+// after BackoffInitial (about 0.5 s) every time, and the manager decoded
+// the cluster's whole snapshot twice a second (review-s10 H1). The edge
+// skips the rows the manager's per-row quotas refuse, so this only matters
+// if the two sides' checks ever disagree.
+func refusesData(rej *Reject) bool {
 	if rej == nil {
 		return false
 	}

@@ -3,7 +3,6 @@ package edge
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -114,7 +113,7 @@ func (s *agentSession) run(ctx context.Context) error {
 	}
 	s.fail(err)
 	var rej *Reject // nil: close normally
-	if r := asReject(s.err); r != nil && !isPeerReject(s.err) {
+	if r := asReject(s.err); r != nil && peerReject(s.err) == nil {
 		rej = r
 		s.writeReject(rej) // our complaint about the manager
 	}
@@ -124,12 +123,6 @@ func (s *agentSession) run(ctx context.Context) error {
 	bg.Wait()
 	s.workers.Wait()
 	return s.err
-}
-
-// isPeerReject reports whether err is a Reject the manager sent.
-func isPeerReject(err error) bool {
-	var r *Reject
-	return errors.As(err, &r)
 }
 
 func (s *agentSession) writeReject(r *Reject) {
@@ -420,19 +413,13 @@ func (s *agentSession) sendSnapshot(ctx context.Context, kind snapshotKind, kind
 		return err
 	}
 	for i := range rows {
-		if s.overQuota(&rows[i]) {
+		// A row left out is dropped by the manager at the commit: the
+		// snapshot replaces every kind it syncs (a full or a kind one).
+		raw := s.encodeRow(&rows[i], s.maxMsg-budget0)
+		if raw == nil {
 			continue
-		}
-		raw, err := json.Marshal(&rows[i])
-		if err != nil {
-			return fmt.Errorf("encode row %s: %w", rows[i].Key(), err)
 		}
 		n := len(raw) + 1
-		if n > s.maxMsg-budget0 {
-			s.a.stats.tooBig.Add(1)
-			s.a.log.Error("row too large for any message; skipped", "row", rows[i].Key(), "bytes", len(raw))
-			continue
-		}
 		if size+n > budget && len(sn.Rows) > 0 {
 			if err := flush(false); err != nil {
 				return err
@@ -496,11 +483,14 @@ func kindsSize(kinds []KindState, md map[string]string) int {
 }
 
 // sendDelta sends changes, split over messages as the limit needs. Kind
-// errors go with the first message. A row over one of the manager's
-// per-row quotas is sent as a delete of its key instead (overQuotaDelete):
-// the manager must not keep showing its older state, which for an RBAC
-// row could grant what the cluster no longer does; a resync's snapshot
-// omits it the same way.
+// errors go with the first message. A row the edge does not send
+// (encodeRow: over one of the manager's per-row quotas or the index's
+// rules, not encodable, or too large for any message) is sent as a delete
+// of its key instead (leftOutDelete): the manager must not keep its older
+// state, which for an RBAC row could grant what the cluster no longer does
+// (review-s10-edge M-E1); a snapshot omits it the same way. A delete of a
+// key the index refuses is not sent: the manager holds no row of it, and
+// the index would end the session over it.
 func (s *agentSession) sendDelta(ctx context.Context, ups []index.Object, dels []index.Key, kinds []KindState) error {
 	d := &Delta{Kinds: kinds}
 	base, err := overhead(&Message{Type: TypeDelta, Seq: s.sent.Load(), Delta: d})
@@ -516,19 +506,11 @@ func (s *agentSession) sendDelta(ctx context.Context, ups []index.Object, dels [
 		return nil
 	}
 	for i := range ups {
-		if s.overQuota(&ups[i]) {
-			if k, ok := overQuotaDelete(&s.quotas, &ups[i]); ok {
+		raw := s.encodeRow(&ups[i], budget)
+		if raw == nil {
+			if k, ok := leftOutDelete(&ups[i]); ok {
 				dels = append(dels, k)
 			}
-			continue
-		}
-		raw, err := json.Marshal(&ups[i])
-		if err != nil {
-			return fmt.Errorf("encode row %s: %w", ups[i].Key(), err)
-		}
-		if len(raw)+1 > budget {
-			s.a.stats.tooBig.Add(1)
-			s.a.log.Error("row too large for any message; skipped", "row", ups[i].Key(), "bytes", len(raw))
 			continue
 		}
 		if size+len(raw)+1 > budget {
@@ -540,6 +522,9 @@ func (s *agentSession) sendDelta(ctx context.Context, ups []index.Object, dels [
 		size += len(raw) + 1
 	}
 	for _, k := range dels {
+		if index.ValidateKey(k) != nil {
+			continue
+		}
 		n := keyBytes(k) + 80 // field names and quotes
 		if size+n > budget {
 			if err := flush(); err != nil {
@@ -552,41 +537,49 @@ func (s *agentSession) sendDelta(ctx context.Context, ups []index.Object, dels [
 	return flush()
 }
 
-// overQuota reports whether row is over one of the manager's per-row
-// quotas, by the manager's own check (Quotas.checkRow), in which case it
-// is not sent: sent, it would end the session (ReasonQuota), and every
-// session after it, so one object would keep its whole cluster off the
-// manager (review-s10 H1). Such a row is counted (AgentStats.OverQuota)
-// and logged once per kind and quota (Agent.noteOverQuota). No row is
-// cut to fit: a cut RBAC subject or rule string could grant access to
-// someone else, and any other cut row would show the manager a state the
-// object never had.
-func (s *agentSession) overQuota(row *index.Object) bool {
-	_, over := s.quotas.checkRow(row)
-	if over == nil {
-		return false
+// encodeRow returns row as a snapshot or delta carries it, or nil when the
+// edge does not send it, with room bytes for it in a message:
+//   - over one of the manager's per-row quotas, or against a rule of the
+//     index (Quotas.checkRow, the manager's own check): sent, it would end
+//     the session, and every session after it, so one object would keep
+//     its whole cluster off the manager (review-s10 H1). Counted in
+//     AgentStats.OverQuota, logged once per kind and quota
+//     (Agent.noteOverQuota);
+//   - not encodable (a Summary that is not JSON), for the same reason:
+//     the session ended with the encoding error, and the next one again.
+//     Counted and logged the same way, as the quota "encoding";
+//   - too large for any message. Counted in AgentStats.TooBig.
+//
+// No row is cut to fit: a cut RBAC subject or rule string could grant
+// access to someone else, and any other cut row would show the manager a
+// state the object never had. A caller that leaves a row out of a delta
+// sends a delete of its key (leftOutDelete); a snapshot drops it by
+// omission.
+func (s *agentSession) encodeRow(row *index.Object, room int) []byte {
+	if _, over := s.quotas.checkRow(row); over != nil {
+		s.a.noteOverQuota(row, over)
+		return nil
 	}
-	s.a.noteOverQuota(row, over)
-	return true
+	raw, err := json.Marshal(row)
+	if err != nil {
+		s.a.noteOverQuota(row, &rowOverQuota{quota: "encoding", reject: rejectf(ReasonMalformed, "row %s does not encode: %v", row.Key(), err)})
+		return nil
+	}
+	if len(raw)+1 > room {
+		s.a.stats.tooBig.Add(1)
+		s.a.log.Error("row too large for any message; not sent, and the manager drops its older state", "row", row.Key(), "bytes", len(raw))
+		return nil
+	}
+	return raw
 }
 
-// overQuotaDelete returns the delete a delta sends for row, which is over
-// one of q's quotas, so that the manager drops the row's older state; and
-// false when the manager can hold no row of its key, because a string of
-// the key itself is over the quota (every state of the row was): a delete
-// of such a key would only be refused (the index takes keys of at most
-// 4 KiB).
-func overQuotaDelete(q *Quotas, row *index.Object) (index.Key, bool) {
+// leftOutDelete returns the delete a delta sends for a row it leaves out
+// (encodeRow), so that the manager drops the row's older state whatever
+// kept the new one from being sent; and false when the index refuses the
+// key itself (ValidateKey), whose row the manager can never have held.
+func leftOutDelete(row *index.Object) (index.Key, bool) {
 	k := row.Key()
-	if index.ValidateKey(k) != nil {
-		return k, false
-	}
-	for _, s := range []string{k.Group, k.Kind, k.Namespace, k.Name} {
-		if jsonLen(s) > q.StringBytes {
-			return k, false
-		}
-	}
-	return k, true
+	return k, index.ValidateKey(k) == nil
 }
 
 // readLoop handles what the manager sends until the connection fails.

@@ -12,6 +12,13 @@
 // keeps its rows as stale, and ends sessions that send bad input with a
 // reason.
 //
+// The edge sends no row the manager would refuse (over a per-row quota,
+// against the index's rules, not encodable, too large for any message):
+// one object costs only itself, not its cluster's sync. Such a row fails
+// closed: a snapshot omits it, which drops its older state at the
+// manager's commit, and a delta sends a delete of its key, so the manager
+// never keeps an older state, nor for RBAC a grant the cluster revoked.
+//
 // It does not normalize objects (collector), store them (index) or answer
 // queries (graph).
 package edge

@@ -88,9 +88,10 @@ func quotaf(format string, args ...any) *RejectError {
 // on each row before sending, with the quotas the Welcome announced, and
 // skips the rows the manager would refuse (review-s10 H1).
 func (q *Quotas) checkRow(o *index.Object) (cost int, over *rowOverQuota) {
-	if err := index.ValidateKey(o.Key()); err != nil {
-		// The index would refuse it, ending the session with invalid.
-		return 0, &rowOverQuota{quota: "key", reject: rejectf(ReasonInvalid, "%v", err)}
+	if err := index.ValidateRow(o); err != nil {
+		// The index would refuse it (its key, or an RBAC row namespaced
+		// against its kind), ending the session with invalid.
+		return 0, &rowOverQuota{quota: "index", reject: rejectf(ReasonInvalid, "%v", err)}
 	}
 	if o.Labels.Len() > q.LabelsPerRow {
 		return 0, &rowOverQuota{quota: "labels", reject: quotaf("row %s has %d labels; at most %d are allowed", o.Key(), o.Labels.Len(), q.LabelsPerRow)}

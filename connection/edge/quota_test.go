@@ -2,6 +2,7 @@ package edge
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -197,35 +198,60 @@ func TestRowQuotasOfTheWelcome(t *testing.T) {
 
 // TestRefusedDataKeepsTheBackoff: a session the manager ended over what
 // the edge sent does not reset the reconnect backoff, since the next
-// session sends the same (review-s10 H1); other endings do.
+// session sends the same (review-s10 H1), unless it lasted stableSession
+// (review-s10-edge L-E2: one refusal long ago kept every later reconnect
+// slow); other endings of a welcomed session do. A reject the edge raised
+// itself over the manager's messages (a RejectError) is no refusal of its
+// data and is not counted as the manager's (review-s10-edge L-E1).
 func TestRefusedDataKeepsTheBackoff(t *testing.T) {
+	short, long := time.Second, stableSession
 	for _, tc := range []struct {
-		err  error
-		keep bool
+		err      error
+		welcomed bool
+		lasted   time.Duration
+		reset    bool
 	}{
-		{err: &Reject{Reason: ReasonQuota}, keep: true},
-		{err: &Reject{Reason: ReasonOversize}, keep: true},
-		{err: &Reject{Reason: ReasonInvalid}, keep: true},
-		{err: &Reject{Reason: ReasonMalformed}, keep: true},
-		{err: &Reject{Reason: ReasonWrongCluster}, keep: true},
-		{err: fmt.Errorf("session: %w", &Reject{Reason: ReasonQuota}), keep: true},
-		{err: &Reject{Reason: ReasonSuperseded}},
-		{err: &Reject{Reason: ReasonShutdown}},
-		{err: &Reject{Reason: ReasonUnauthorized}},
-		{err: &Reject{Reason: ReasonSequenceGap}},
-		{err: errString("connection reset")},
-		{err: nil},
+		{err: &Reject{Reason: ReasonQuota}, welcomed: true, lasted: short},
+		{err: &Reject{Reason: ReasonOversize}, welcomed: true, lasted: short},
+		{err: &Reject{Reason: ReasonInvalid}, welcomed: true, lasted: short},
+		{err: &Reject{Reason: ReasonMalformed}, welcomed: true, lasted: short},
+		{err: &Reject{Reason: ReasonWrongCluster}, welcomed: true, lasted: short},
+		{err: fmt.Errorf("session: %w", &Reject{Reason: ReasonQuota}), welcomed: true, lasted: short},
+		{err: &Reject{Reason: ReasonQuota}, welcomed: true, lasted: long - time.Millisecond},
+		// A long good session resets it however it ended.
+		{err: &Reject{Reason: ReasonQuota}, welcomed: true, lasted: long, reset: true},
+		{err: &Reject{Reason: ReasonInvalid}, welcomed: true, lasted: 3 * long, reset: true},
+		// The edge's own complaints about the manager.
+		{err: rejectf(ReasonInvalid, "ack of seq 9, but 3 is the last sent"), welcomed: true, lasted: short, reset: true},
+		{err: rejectf(ReasonMalformed, "not a JSON message"), welcomed: true, lasted: short, reset: true},
+		{err: rejectf(ReasonOversize, "a message over the limit"), welcomed: true, lasted: short, reset: true},
+		{err: &Reject{Reason: ReasonSuperseded}, welcomed: true, lasted: short, reset: true},
+		{err: &Reject{Reason: ReasonShutdown}, welcomed: true, lasted: short, reset: true},
+		{err: &Reject{Reason: ReasonSequenceGap}, welcomed: true, lasted: short, reset: true},
+		{err: errString("connection reset"), welcomed: true, lasted: short, reset: true},
+		{err: nil, welcomed: true, lasted: short, reset: true},
+		// Never welcomed: never reset, however long the attempt took.
+		{err: &Reject{Reason: ReasonUnauthorized}, lasted: long},
+		{err: &Reject{Reason: ReasonGracePeriod}, lasted: short},
+		{err: errString("connection refused"), lasted: long},
 	} {
-		if got := refusesData(tc.err); got != tc.keep {
-			t.Errorf("refusesData(%v) = %v, want %v", tc.err, got, tc.keep)
+		rej := peerReject(tc.err)
+		if got := resetsBackoff(tc.welcomed, rej, tc.lasted); got != tc.reset {
+			t.Errorf("resetsBackoff(welcomed %v, %v, after %s) = %v, want %v", tc.welcomed, tc.err, tc.lasted, got, tc.reset)
+		}
+		var own *RejectError
+		if errors.As(tc.err, &own) && rej != nil {
+			t.Errorf("%v, the edge's own reject, counts as the manager's", tc.err)
 		}
 	}
 }
 
-// TestOverQuotaDelete: a delta replaces a row over a quota with a delete
-// of its key, unless the key itself is over the quota (the manager never
-// held a row of it, and would refuse the delete).
-func TestOverQuotaDelete(t *testing.T) {
+// TestLeftOutDelete: a delta replaces a row it leaves out (over a quota,
+// against the index's rules, too large) with a delete of its key, so the
+// manager drops the row's older state; unless the index refuses the key
+// itself, when the manager never held a row of it and would end the
+// session over the delete.
+func TestLeftOutDelete(t *testing.T) {
 	q := Quotas{StringBytes: 16}
 	long := strings.Repeat("a", 17)
 	for _, tc := range []struct {
@@ -235,29 +261,32 @@ func TestOverQuotaDelete(t *testing.T) {
 	}{
 		{name: "an owner reference", mut: func(o *index.Object) { o.OwnerRefs = []index.OwnerRef{{Kind: "Widget", Name: long}} }, delete: true},
 		{name: "the message", mut: func(o *index.Object) { o.Message = long }, delete: true},
-		{name: "the name", mut: func(o *index.Object) { o.Name = long }},
-		{name: "the namespace", mut: func(o *index.Object) { o.Namespace = long }},
-		{name: "the kind", mut: func(o *index.Object) { o.Kind = long }},
+		// Key strings over a quota a manager may have had larger
+		// before: the index takes the delete.
+		{name: "the name", mut: func(o *index.Object) { o.Name = long }, delete: true},
+		{name: "the namespace", mut: func(o *index.Object) { o.Namespace = long }, delete: true},
+		{name: "the kind", mut: func(o *index.Object) { o.Kind = long }, delete: true},
+		// Keys the index refuses.
+		{name: "a 5 KiB name", mut: func(o *index.Object) { o.Name = strings.Repeat("n", 5<<10) }},
+		{name: "a NUL in the name", mut: func(o *index.Object) { o.Name = "a\x00b" }},
+		{name: "no name", mut: func(o *index.Object) { o.Name = "" }},
 	} {
 		row := testRows("c", 1, "1")[0]
 		tc.mut(&row)
 		if _, over := q.checkRow(&row); over == nil {
 			t.Fatalf("%s: the row is not over the quota", tc.name)
 		}
-		if k, ok := overQuotaDelete(&q, &row); ok != tc.delete || k != row.Key() {
-			t.Errorf("%s over the quota: delete %v of %s, want %v", tc.name, ok, k, tc.delete)
+		if k, ok := leftOutDelete(&row); ok != tc.delete || k != row.Key() {
+			t.Errorf("%s: delete %v of %s, want %v", tc.name, ok, k, tc.delete)
 		}
 	}
 	// A key the index refuses (over 4 KiB in all) with every string under
-	// the quota: not sent, and no delete, which the index would refuse too.
+	// the quota: the index's rule, invalid.
 	row := testRows("c", 1, "1")[0]
 	row.Name = strings.Repeat("n", 5<<10)
 	wide := Quotas{StringBytes: 16 << 10}
-	if _, over := wide.checkRow(&row); over == nil || over.quota != "key" || over.reject.Reason != ReasonInvalid {
-		t.Errorf("a 5 KiB name: over %+v, want the key, invalid", over)
-	}
-	if _, ok := overQuotaDelete(&wide, &row); ok {
-		t.Error("a 5 KiB name: a delete of its key is sent")
+	if _, over := wide.checkRow(&row); over == nil || over.quota != "index" || over.reject.Reason != ReasonInvalid {
+		t.Errorf("a 5 KiB name: over %+v, want the index's rule, invalid", over)
 	}
 }
 

@@ -1,0 +1,250 @@
+package edge
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/fleetgraph/fleetgraph/authz"
+	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/internal/conntest"
+)
+
+// The RBAC kinds, as the collector reports them.
+var (
+	roleKind               = index.Kind{Group: index.RBACGroup, Version: "v1", Kind: index.KindRole, Resource: "roles", Namespaced: true}
+	clusterRoleKind        = index.Kind{Group: index.RBACGroup, Version: "v1", Kind: index.KindClusterRole, Resource: "clusterroles"}
+	roleBindingKind        = index.Kind{Group: index.RBACGroup, Version: "v1", Kind: index.KindRoleBinding, Resource: "rolebindings", Namespaced: true}
+	clusterRoleBindingKind = index.Kind{Group: index.RBACGroup, Version: "v1", Kind: index.KindClusterRoleBinding, Resource: "clusterrolebindings"}
+)
+
+// rbacRow is an RBAC row of cluster: a Role or ClusterRole with rules, or
+// a binding with ref and subjects, in namespace ns ("" for the cluster
+// kinds).
+func rbacRow(cluster string, kind index.Kind, ns, name string, p index.Policy) index.Object {
+	return index.Object{
+		Cluster: cluster, Group: kind.Group, Version: kind.Version, Kind: kind.Kind, Resource: kind.Resource,
+		Namespace: ns, Name: name, UID: "uid-" + name, Policy: &p,
+	}
+}
+
+func rules(verb, resource string, more ...index.PolicyRule) index.Policy {
+	return index.Policy{Rules: append([]index.PolicyRule{{Verbs: []string{verb}, APIGroups: []string{""}, Resources: []string{resource}}}, more...)}
+}
+
+func boundTo(kind, role string, users ...string) index.Policy {
+	p := index.Policy{RoleRef: index.RoleRef{APIGroup: index.RBACGroup, Kind: kind, Name: role}}
+	for _, u := range users {
+		p.Subjects = append(p.Subjects, index.Subject{Kind: "User", APIGroup: index.RBACGroup, Name: u})
+	}
+	return p
+}
+
+// padding returns n strings of size bytes each, every one under the
+// per-row string quota: what makes a row too large for a message without
+// being over a quota.
+func padding(n, size int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%04d", i) + strings.Repeat("p", size-4)
+	}
+	return out
+}
+
+// runAgent starts an agent and returns it with a stop that waits for it.
+func runAgent(t *testing.T, opts AgentOptions) (*Agent, func()) {
+	t.Helper()
+	token := tokenFor(opts.Cluster)
+	opts.Token = func() (string, error) { return token, nil }
+	setDefault(&opts.PingInterval, testPing)
+	setDefault(&opts.PongWait, testPongWait)
+	setDefault(&opts.BackoffInitial, 100*time.Millisecond)
+	setDefault(&opts.BackoffMax, time.Second)
+	a, err := NewAgent(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return a, stop
+}
+
+// TestLeftOutRowsFailClosed: a row the edge does not send never leaves
+// the manager with its older state, and for RBAC never with a grant the
+// cluster revoked (review-s10-edge M-E1). The manager reads 64 KiB
+// messages; a binding whose subjects, or a role whose rules, add up to
+// more is too large for any message though every string of it is under
+// the per-row quota. Over a real websocket, checked with the real RBAC
+// authorizer over the manager's index:
+//
+//   - deltas: alice's ClusterRoleBinding is changed to name someone else
+//     and made too large, bob's Role loses its rule on secrets and is made
+//     too large, carol's ClusterRole loses its rule on pods and gets a
+//     rule string over the quota: none of the three may read any more.
+//     Rows a broken edge holds that the index refuses (a RoleBinding with
+//     no namespace, a ConfigMap whose name holds a NUL) are not sent and
+//     cost no session; a ConfigMap whose row no longer encodes is deleted.
+//     erin's grant and the other ConfigMaps, untouched, stay.
+//   - a snapshot: the grants are restored, the edge stops, the same
+//     revocations happen while it is away, and a new session of the same
+//     instance starts with a full snapshot that leaves the rows out: the
+//     manager drops them at its commit.
+//
+// No session is refused in either: one row costs only itself.
+func TestLeftOutRowsFailClosed(t *testing.T) {
+	const cluster, instance = "edge-b", "edge-b-1"
+	ctx := t.Context()
+	h := newHubHarness(t, HubOptions{MaxMessageBytes: 64 << 10})
+	az := authz.NewAuthorizer(h.store, authz.Options{})
+	// may asks the authorizer whether name may get resource in default.
+	// Its error names the rules it could not read (a binding to a role
+	// the index does not have), which deny, as in Kubernetes: only the
+	// decision counts here.
+	may := func(name, resource string) bool {
+		d, _ := az.Authorize(ctx, cluster, authz.NewIdentity(&user.DefaultInfo{Name: name}), authz.Attributes{
+			Verb: "get", Namespace: "default", Resource: resource, Name: "x", ResourceRequest: true,
+		})
+		return d.Allowed
+	}
+	type grant struct {
+		user, resource string
+	}
+	grants := []grant{{"alice", "configmaps"}, {"bob", "secrets"}, {"carol", "pods"}, {"erin", "services"}}
+	// expect waits until exactly the users in allowed may read what
+	// grants give them, failing at once if the manager refused a session.
+	expect := func(t *testing.T, a *Agent, what string, allowed ...string) {
+		t.Helper()
+		conntest.Eventually(t, 30*time.Second, what, func() error {
+			if s := a.Stats(); s.Rejects > 0 {
+				t.Fatalf("the manager refused %d sessions, the last: %v", s.Rejects, s.LastReject)
+			}
+			for _, g := range grants {
+				want := strings.Contains(strings.Join(allowed, ","), g.user)
+				if got := may(g.user, g.resource); got != want {
+					return fmt.Errorf("%s may get %s: %v, want %v", g.user, g.resource, got, want)
+				}
+			}
+			return nil
+		})
+	}
+
+	granted := map[index.Kind][]index.Object{
+		clusterRoleKind: {
+			rbacRow(cluster, clusterRoleKind, "", "cm-reader", rules("get", "configmaps")),
+			rbacRow(cluster, clusterRoleKind, "", "pod-reader", rules("get", "pods")),
+			rbacRow(cluster, clusterRoleKind, "", "svc-reader", rules("get", "services")),
+		},
+		clusterRoleBindingKind: {
+			rbacRow(cluster, clusterRoleBindingKind, "", "alice-reads", boundTo(index.KindClusterRole, "cm-reader", "alice")),
+			rbacRow(cluster, clusterRoleBindingKind, "", "carol-reads", boundTo(index.KindClusterRole, "pod-reader", "carol")),
+			rbacRow(cluster, clusterRoleBindingKind, "", "erin-reads", boundTo(index.KindClusterRole, "svc-reader", "erin")),
+		},
+		roleKind:        {rbacRow(cluster, roleKind, "default", "secret-reader", rules("get", "secrets"))},
+		roleBindingKind: {rbacRow(cluster, roleBindingKind, "default", "bob-reads", boundTo(index.KindRole, "secret-reader", "bob"))},
+	}
+	// The revocations: each row as the cluster now has it, which the edge
+	// cannot send.
+	tooManySubjects := boundTo(index.KindClusterRole, "cm-reader", append([]string{"dave"}, padding(12, 6<<10)...)...)
+	tooManyRules := rules("list", "configmaps", index.PolicyRule{Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: padding(12, 6<<10)})
+	overQuota := rules("get", "services", index.PolicyRule{Verbs: []string{strings.Repeat("v", 20<<10)}, Resources: []string{"pods"}})
+	revoked := []index.Object{
+		rbacRow(cluster, clusterRoleBindingKind, "", "alice-reads", tooManySubjects),
+		rbacRow(cluster, roleKind, "default", "secret-reader", tooManyRules),
+		rbacRow(cluster, clusterRoleKind, "", "pod-reader", overQuota),
+	}
+	// What a broken edge holds that the index refuses; the manager never
+	// had these keys.
+	refused := []index.Object{
+		rbacRow(cluster, roleBindingKind, "", "no-namespace", boundTo(index.KindClusterRole, "cm-reader", "mallory")),
+	}
+	badKey := testRows(cluster, 1, "1")[0]
+	badKey.Name = "a\x00b"
+	// A ConfigMap the manager has, whose row no longer encodes (a Summary
+	// that is not JSON): before, the session ended over it, every time.
+	badSummary := testRows(cluster, 3, "2")[2]
+	badSummary.Summary = []byte(`{"x":`)
+
+	leftCMs := []string{"ConfigMap/default/cm-00000", "ConfigMap/default/cm-00001"}
+	changed := append(append(revoked, refused...), badKey, badSummary)
+	upsert := func(a *Agent, rows []index.Object) {
+		for _, o := range rows {
+			if err := a.buf.Upsert(ctx, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// start starts the edge with the granted rows, then those of changes,
+	// before its first snapshot.
+	start := func(changes []index.Object) (*Agent, func()) {
+		never := time.Hour // no resync counts the rows left out again
+		a, stop := runAgent(t, AgentOptions{
+			Manager: h.url, Cluster: cluster, Instance: instance,
+			Resync: ResyncOptions{Interval: never, Min: never, Max: never},
+		})
+		if err := a.buf.Replace(ctx, cluster, testKind, testRows(cluster, 3, "1")); err != nil {
+			t.Fatal(err)
+		}
+		for kind, rows := range granted {
+			if err := a.buf.Replace(ctx, cluster, kind, rows); err != nil {
+				t.Fatal(err)
+			}
+		}
+		upsert(a, changes)
+		a.buf.expect([]index.Kind{testKind, clusterRoleKind, clusterRoleBindingKind, roleKind, roleBindingKind})
+		return a, stop
+	}
+
+	t.Run("deltas", func(t *testing.T) {
+		a, stop := start(nil)
+		defer stop()
+		expect(t, a, "the grants synced", "alice", "bob", "carol", "erin")
+		upsert(a, changed)
+		expect(t, a, "the grants revoked", "erin")
+		if got := names(t, h.store, cluster); !slices.Equal(got, leftCMs) {
+			t.Errorf("the manager has the ConfigMaps %v, want %v", got, leftCMs)
+		}
+		if s := a.Stats(); s.Sessions != 1 || s.TooBig != 2 || s.OverQuota != 4 {
+			t.Errorf("%d sessions, %d rows too big, %d over a quota or the index's rules; want 1, 2, 4", s.Sessions, s.TooBig, s.OverQuota)
+		}
+	})
+
+	t.Run("a snapshot", func(t *testing.T) {
+		a, stop := start(nil)
+		expect(t, a, "the grants restored", "alice", "bob", "carol", "erin")
+		stop()
+		h.waitReleased(t, cluster)
+		if !may("alice", "configmaps") || !may("bob", "secrets") {
+			t.Fatal("the manager dropped the grants when the edge left; the snapshot would prove nothing")
+		}
+		// The cluster revokes the grants while its edge is away; the
+		// manager serves what it had meanwhile (rows of a disconnected
+		// cluster stay, as stale), until the edge is back.
+		a, stop = start(changed)
+		defer stop()
+		expect(t, a, "the grants revoked by the first snapshot", "erin")
+		if got := names(t, h.store, cluster); !slices.Equal(got, leftCMs) {
+			t.Errorf("the manager has the ConfigMaps %v, want %v", got, leftCMs)
+		}
+		if s := a.Stats(); s.Sessions != 1 || s.Snapshots == 0 || s.TooBig != 2 || s.OverQuota != 4 {
+			t.Errorf("%d sessions, %d snapshots, %d rows too big, %d over a quota or the index's rules; want 1, some, 2, 4", s.Sessions, s.Snapshots, s.TooBig, s.OverQuota)
+		}
+	})
+}
