@@ -92,8 +92,14 @@ func TestValidateRowPolicy(t *testing.T) {
 		kind, namespace string
 		ok              bool
 	}{
-		{KindRole, "ns", true}, {KindRoleBinding, "ns", true}, {KindClusterRole, "", true}, {KindClusterRoleBinding, "", true},
-		{KindRole, "", false}, {KindRoleBinding, "", false}, {KindClusterRole, "ns", false}, {KindClusterRoleBinding, "ns", false},
+		{KindRole, "ns", true},
+		{KindRoleBinding, "ns", true},
+		{KindClusterRole, "", true},
+		{KindClusterRoleBinding, "", true},
+		{KindRole, "", false},
+		{KindRoleBinding, "", false},
+		{KindClusterRole, "ns", false},
+		{KindClusterRoleBinding, "ns", false},
 	} {
 		o := Object{Cluster: "c", Group: RBACGroup, Kind: tc.kind, Namespace: tc.namespace, Name: "n"}
 		err := ValidateRow(&o)
