@@ -30,27 +30,10 @@ const (
 	testPongWait = 1500 * time.Millisecond
 )
 
+// startAgent runs an agent until the test ends (runAgent).
 func startAgent(t *testing.T, opts AgentOptions) *Agent {
 	t.Helper()
-	token := tokenFor(opts.Cluster)
-	opts.Token = func() (string, error) { return token, nil }
-	setDefault(&opts.PingInterval, testPing)
-	setDefault(&opts.PongWait, testPongWait)
-	setDefault(&opts.BackoffInitial, 100*time.Millisecond)
-	setDefault(&opts.BackoffMax, time.Second)
-	a, err := NewAgent(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent: %v", err)
-		}
-	})
+	a, _ := runAgent(t, opts)
 	return a
 }
 
