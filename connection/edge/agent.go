@@ -453,7 +453,8 @@ func (a *Agent) currentMetadata() map[string]string {
 // backoff between them; a session may reset the backoff (resetsBackoff).
 // AgentStats.Rejects and LastReject count the manager's rejects only: a
 // session the edge ended over the manager's messages is its own
-// complaint, logged with the session's end.
+// complaint, logged with the session's end (it keeps the backoff all the
+// same).
 func (a *Agent) connectLoop(ctx context.Context) {
 	backoff := retry.New(retry.Reconnect(a.opts.BackoffInitial, a.opts.BackoffMax), nil)
 	for ctx.Err() == nil {
@@ -462,12 +463,11 @@ func (a *Agent) connectLoop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		rej := peerReject(err)
-		if resetsBackoff(welcomed, rej, time.Since(start)) {
+		if resetsBackoff(welcomed, err, time.Since(start)) {
 			backoff.Reset()
 		}
 		wait := backoff.Next()
-		if rej != nil {
+		if rej := peerReject(err); rej != nil {
 			a.stats.rejects.Add(1)
 			a.stats.lastReject.Store(rej)
 			wait = max(wait, time.Duration(rej.RetryAfterMillis)*time.Millisecond)
@@ -490,12 +490,18 @@ func (a *Agent) connectLoop(ctx context.Context) {
 // manager one full snapshot per stableSession at most.
 const stableSession = 5 * time.Minute
 
-// resetsBackoff reports whether a session resets the reconnect backoff: it
-// was welcomed, and either it lasted stableSession or it did not end with
-// the manager refusing the data the edge sent (refusesData). rej is the
-// manager's reject (peerReject), nil for any other end.
-func resetsBackoff(welcomed bool, rej *Reject, lasted time.Duration) bool {
-	return welcomed && (lasted >= stableSession || !refusesData(rej))
+// resetsBackoff reports whether a session that ended with err resets the
+// reconnect backoff: it was welcomed, and either it lasted stableSession
+// or it ended neither with the manager refusing the data the edge sent
+// (refusesData of its peerReject) nor with the edge refusing the
+// manager's messages (its own RejectError). The second repeats as the
+// first does: a manager that sends what this edge refuses (a newer
+// message type, a binary frame from a proxy) sends it in the next session
+// too, and, reset, every such edge sent it a full snapshot twice a second
+// (review-s11 E1).
+func resetsBackoff(welcomed bool, err error, lasted time.Duration) bool {
+	var own *RejectError
+	return welcomed && (lasted >= stableSession || !refusesData(peerReject(err)) && !errors.As(err, &own))
 }
 
 // peerReject returns the reject the manager ended the session with (its

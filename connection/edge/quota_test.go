@@ -201,8 +201,9 @@ func TestRowQuotasOfTheWelcome(t *testing.T) {
 // session sends the same (review-s10 H1), unless it lasted stableSession
 // (review-s10-edge L-E2: one refusal long ago kept every later reconnect
 // slow); other endings of a welcomed session do. A reject the edge raised
-// itself over the manager's messages (a RejectError) is no refusal of its
-// data and is not counted as the manager's (review-s10-edge L-E1).
+// itself over the manager's messages (a RejectError) is not counted as the
+// manager's (review-s10-edge L-E1) but keeps the backoff too: the manager
+// sends the same in the next session (review-s11 E1).
 func TestRefusedDataKeepsTheBackoff(t *testing.T) {
 	short, long := time.Second, stableSession
 	for _, tc := range []struct {
@@ -221,10 +222,13 @@ func TestRefusedDataKeepsTheBackoff(t *testing.T) {
 		// A long good session resets it however it ended.
 		{err: &Reject{Reason: ReasonQuota}, welcomed: true, lasted: long, reset: true},
 		{err: &Reject{Reason: ReasonInvalid}, welcomed: true, lasted: 3 * long, reset: true},
-		// The edge's own complaints about the manager.
-		{err: rejectf(ReasonInvalid, "ack of seq 9, but 3 is the last sent"), welcomed: true, lasted: short, reset: true},
-		{err: rejectf(ReasonMalformed, "not a JSON message"), welcomed: true, lasted: short, reset: true},
-		{err: rejectf(ReasonOversize, "a message over the limit"), welcomed: true, lasted: short, reset: true},
+		// The edge's own complaints about the manager keep it, unless
+		// the session lasted.
+		{err: rejectf(ReasonInvalid, "ack of seq 9, but 3 is the last sent"), welcomed: true, lasted: short},
+		{err: rejectf(ReasonMalformed, "not a JSON message"), welcomed: true, lasted: short},
+		{err: fmt.Errorf("session: %w", rejectf(ReasonOversize, "a message over the limit")), welcomed: true, lasted: short},
+		{err: rejectf(ReasonSequenceGap, "expected seq 4 from the manager, got 6"), welcomed: true, lasted: long - time.Millisecond},
+		{err: rejectf(ReasonInvalid, "a manager may not send hello messages"), welcomed: true, lasted: long, reset: true},
 		{err: &Reject{Reason: ReasonSuperseded}, welcomed: true, lasted: short, reset: true},
 		{err: &Reject{Reason: ReasonShutdown}, welcomed: true, lasted: short, reset: true},
 		{err: &Reject{Reason: ReasonSequenceGap}, welcomed: true, lasted: short, reset: true},
@@ -236,7 +240,7 @@ func TestRefusedDataKeepsTheBackoff(t *testing.T) {
 		{err: errString("connection refused"), lasted: long},
 	} {
 		rej := peerReject(tc.err)
-		if got := resetsBackoff(tc.welcomed, rej, tc.lasted); got != tc.reset {
+		if got := resetsBackoff(tc.welcomed, tc.err, tc.lasted); got != tc.reset {
 			t.Errorf("resetsBackoff(welcomed %v, %v, after %s) = %v, want %v", tc.welcomed, tc.err, tc.lasted, got, tc.reset)
 		}
 		var own *RejectError
