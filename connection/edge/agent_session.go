@@ -525,7 +525,14 @@ func (s *agentSession) sendDelta(ctx context.Context, ups []index.Object, dels [
 		if index.ValidateKey(k) != nil {
 			continue
 		}
-		n := keyBytes(k) + 80 // field names and quotes
+		raw, err := json.Marshal(k)
+		if err != nil {
+			return fmt.Errorf("encode delete of %s: %w", k, err)
+		}
+		// Measured as encoded: a name's control characters and invalid
+		// UTF-8 take up to 6 bytes each in JSON, so its raw bytes let a
+		// delta pass the manager's limit (review-s11 E3).
+		n := len(raw) + 1
 		if size+n > budget {
 			if err := flush(); err != nil {
 				return err

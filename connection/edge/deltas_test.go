@@ -1205,6 +1205,47 @@ func TestInvalidUTF8KeepsWithinTheAllowance(t *testing.T) {
 	})
 }
 
+// TestDeletesMeasuredAsEncoded: a delta's deletes are measured as JSON
+// encodes them. A name may hold control characters, each 6 bytes in JSON
+// (\u0001); measured by its raw bytes, a delta deleting 40 such 1 KiB
+// names was thought to be 44 KB and was 240 KB, over the manager's 64 KiB
+// limit, and the manager ended the session with oversize (review-s11 E3).
+// Deleted at once (one Replace), they go in one takeDelta, and the delta
+// is split over as many messages as they need.
+func TestDeletesMeasuredAsEncoded(t *testing.T) {
+	const cluster = "edge-a"
+	ctx := t.Context()
+	h := newHubHarness(t, HubOptions{MaxMessageBytes: 64 << 10})
+	a, _ := runAgent(t, AgentOptions{Manager: h.url, Cluster: cluster, Instance: "edge-a-1"})
+	rows := testRows(cluster, 40, "1")
+	for i := range rows {
+		rows[i].Name = fmt.Sprintf("cm-%02d-%s", i, strings.Repeat("\x01", 1000))
+	}
+	if err := a.buf.Replace(ctx, cluster, testKind, rows); err != nil {
+		t.Fatal(err)
+	}
+	a.buf.expect([]index.Kind{testKind})
+	synced := func(want int) func() error {
+		return func() error {
+			if s := a.Stats(); s.Rejects > 0 {
+				t.Fatalf("the manager refused %d sessions, the last: %v", s.Rejects, s.LastReject)
+			}
+			if got := len(names(t, h.store, cluster)); got != want {
+				return fmt.Errorf("the manager has %d rows, want %d", got, want)
+			}
+			return nil
+		}
+	}
+	conntest.Eventually(t, 30*time.Second, "the rows synced", synced(len(rows)))
+	if err := a.buf.Replace(ctx, cluster, testKind, nil); err != nil {
+		t.Fatal(err)
+	}
+	conntest.Eventually(t, 30*time.Second, "the rows deleted", synced(0))
+	if s := a.Stats(); s.Sessions != 1 || s.Rejects != 0 {
+		t.Errorf("%d sessions, %d rejects, the last: %v; want 1, 0", s.Sessions, s.Rejects, s.LastReject)
+	}
+}
+
 // TestDeltasKeepWithinTheAllowance: the manager announces what it keeps
 // of the deltas between a snapshot's parts (Welcome.MaxSnapshotDeltaBytes),
 // and an honest edge stays within half of it however much changes during a
