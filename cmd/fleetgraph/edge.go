@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
@@ -54,11 +55,13 @@ impersonate on users and groups.`,
 			if err != nil {
 				return err
 			}
+			reg := newMetricsRegistry()
+			opts.Registerer = reg
 			agent, err := edge.NewAgent(opts)
 			if err != nil {
 				return err
 			}
-			return f.run(cmd.Context(), agent)
+			return f.run(cmd.Context(), agent, reg)
 		},
 	}
 	fl := cmd.Flags()
@@ -78,14 +81,15 @@ impersonate on users and groups.`,
 	fl.DurationVar(&f.resync, "resync", edge.DefaultResyncInterval, "full resync interval")
 	fl.DurationVar(&f.resyncMin, "resync-min", edge.DefaultResyncMin, "shortest full resync interval when the cluster changes a lot")
 	fl.DurationVar(&f.resyncMax, "resync-max", edge.DefaultResyncMax, "longest full resync interval when the cluster is quiet (equal to --resync-min turns adaptation off)")
-	fl.StringVar(&f.metricsListen, "metrics-listen", "", "serve /metrics (the Go runtime's and the process's) without authentication on this address, for scrapers")
+	fl.StringVar(&f.metricsListen, "metrics-listen", "", "serve /metrics (the agent's counters, the Go runtime's and the process's) without authentication on this address, for scrapers")
 	return cmd
 }
 
-// run runs agent until ctx ends, serving /metrics on --metrics-listen
-// meanwhile. A metrics listener that fails stops the agent: an edge is
-// run to be watched.
-func (f *edgeFlags) run(ctx context.Context, agent *edge.Agent) error {
+// run runs agent until ctx ends, serving reg's /metrics on
+// --metrics-listen meanwhile: the process's and the agent's (registered by
+// edge.NewAgent, AgentOptions.Registerer). A metrics listener that fails
+// stops the agent: an edge is run to be watched.
+func (f *edgeFlags) run(ctx context.Context, agent *edge.Agent, reg *prometheus.Registry) error {
 	if f.metricsListen == "" {
 		return agent.Run(ctx)
 	}
@@ -93,7 +97,6 @@ func (f *edgeFlags) run(ctx context.Context, agent *edge.Agent) error {
 	if err != nil {
 		return fmt.Errorf("--metrics-listen: %w", err)
 	}
-	reg := newMetricsRegistry()
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	t := defaultTimeouts

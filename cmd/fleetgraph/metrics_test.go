@@ -24,9 +24,11 @@ var runtimeMetrics = []string{
 
 // TestRuntimeMetrics scrapes /metrics of `fleetgraph serve` and of
 // `fleetgraph edge` on --metrics-listen, over HTTP, and finds the Go
-// runtime and process metrics: the command registers them, not the
-// library. Neither needs a cluster: serve has none, and the edge's manager
-// and local cluster do not answer.
+// runtime and process metrics (the command registers them, not the
+// library), and on the edge's the agent's own counters (which
+// TestAgentMetrics in connection/edge checks one by one). Neither needs a
+// cluster: serve has none, and the edge's manager and local cluster do
+// not answer.
 func TestRuntimeMetrics(t *testing.T) {
 	dir := t.TempDir()
 	t.Run("serve", func(t *testing.T) {
@@ -67,12 +69,29 @@ current-context: leaf
 		if err != nil {
 			t.Fatal(err)
 		}
+		reg := newMetricsRegistry()
+		opts.Registerer = reg
 		agent, err := edge.NewAgent(opts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		runUntilCleanup(t, func(ctx context.Context) error { return f.run(ctx, agent) })
-		checkRuntimeMetrics(t, scrape(t, "http://"+metricsAddr+"/metrics"))
+		runUntilCleanup(t, func(ctx context.Context) error { return f.run(ctx, agent, reg) })
+		body := scrape(t, "http://"+metricsAddr+"/metrics")
+		checkRuntimeMetrics(t, body)
+		// The agent's own counters (review-s10-rest L7), at 0: its
+		// manager does not answer.
+		for _, name := range []string{
+			"fleetgraph_edge_agent_sessions_total", "fleetgraph_edge_agent_rejects_total", "fleetgraph_edge_agent_messages_sent_total",
+			"fleetgraph_edge_agent_sent_bytes_total", "fleetgraph_edge_agent_snapshot_rows_sent_total", "fleetgraph_edge_agent_rows_over_quota_total",
+			"fleetgraph_edge_agent_buffer_overflows_total", "fleetgraph_edge_agent_most_parts_in_flight",
+		} {
+			if !strings.Contains(body, "\n"+name+" 0\n") {
+				t.Errorf("edge's /metrics lacks %s 0", name)
+			}
+		}
+		if t.Failed() {
+			t.Logf("/metrics:\n%.3000s", body)
+		}
 	})
 }
 

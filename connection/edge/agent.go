@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
 
 	"github.com/fleetgraph/fleetgraph/collector"
@@ -151,6 +152,9 @@ type AgentOptions struct {
 	// between reconnects.
 	BackoffInitial, BackoffMax time.Duration
 	Logger                     *slog.Logger
+	// Registerer, if set, receives the agent's metrics (agentMetrics: its
+	// counters, read at each scrape).
+	Registerer prometheus.Registerer
 }
 
 // Agent is the edge: it collects its local cluster into a buffer and
@@ -234,8 +238,8 @@ type agentCounters struct {
 	lastReject                                                         atomic.Pointer[Reject]
 }
 
-// AgentStats is a snapshot of an agent's counters, for tests, benchmarks
-// and logs.
+// AgentStats is a snapshot of an agent's counters, for tests, benchmarks,
+// logs and the agent's metrics (agentMetrics).
 type AgentStats struct {
 	// Sessions counts sessions the manager welcomed. Rejects counts
 	// hellos and sessions the manager refused or ended with a reject, and
@@ -313,6 +317,11 @@ func NewAgent(opts AgentOptions) (*Agent, error) {
 	maps.Copy(a.metadata, opts.Metadata)
 	if opts.Local != nil {
 		if a.detail, err = newDetailClient(opts.Local); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Registerer != nil { // last: an agent NewAgent refuses registers nothing
+		if err := a.registerMetrics(opts.Registerer); err != nil {
 			return nil, err
 		}
 	}
