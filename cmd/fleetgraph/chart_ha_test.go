@@ -39,8 +39,9 @@ var nonHACases = []struct {
 // TestChartWithoutHAUnchanged renders the chart without HA (ha left out,
 // and ha.enabled=false) and compares the output byte for byte with
 // testdata/chart, which was rendered from the chart as it was on main
-// before the HA mode (606afe0), since rewritten once on purpose: the relist
-// default went from 30s to 5m (f3814e3). A change to what the chart renders without
+// before the HA mode (606afe0), since rewritten on purpose: the relist
+// default went from 30s to 5m (f3814e3); an edge serves its /metrics on the
+// metrics port (edge.yaml, review-s10-rest L7). A change to what the chart renders without
 // HA must rewrite them on purpose: go test -run TestChartWithoutHAUnchanged -update.
 func TestChartWithoutHAUnchanged(t *testing.T) {
 	for _, tc := range nonHACases {

@@ -379,3 +379,57 @@ func TestChartArgsAreFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestChartEdgeMetrics renders mode edge with a ServiceMonitor and checks
+// that the agent's /metrics can be scraped: the agent serves them on the
+// metrics port (--metrics-listen), the pod names the port, a Service and
+// the ServiceMonitor select the edge's pods, and the NetworkPolicy lets
+// scrapers (metricsFrom) reach that port and nothing else.
+func TestChartEdgeMetrics(t *testing.T) {
+	scrapers := []any{map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"name": "monitoring"}}}}
+	objs := mustRender(t, "fleetgraph", "fleetgraph", map[string]any{
+		"mode":          "edge",
+		"edge":          map[string]any{"managerURL": "https://m/edge", "cluster": "leaf-1", "tokenSecret": "t"},
+		"metrics":       map[string]any{"port": 9191, "serviceMonitor": map[string]any{"enabled": true}},
+		"networkPolicy": map[string]any{"metricsFrom": scrapers},
+	})
+	found := map[string]bool{}
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "Deployment":
+			found["Deployment"] = true
+			containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			c := containers[0].(map[string]any)
+			if args := fmt.Sprint(c["args"]); !strings.Contains(args, " --metrics-listen=:9191 ") {
+				t.Errorf("edge args %s lack --metrics-listen=:9191", args)
+			}
+			if ports := fmt.Sprint(c["ports"]); ports != "[map[containerPort:9191 name:metrics protocol:TCP]]" {
+				t.Errorf("edge container ports %s, want only metrics 9191", ports)
+			}
+		case "Service":
+			found["Service"] = true
+			ports, _, _ := unstructured.NestedSlice(o.Object, "spec", "ports")
+			sel, _, _ := unstructured.NestedStringMap(o.Object, "spec", "selector")
+			if fmt.Sprint(ports) != "[map[name:metrics port:9191 protocol:TCP targetPort:metrics]]" || sel["app.kubernetes.io/component"] != "edge" {
+				t.Errorf("edge Service ports %v, selector %v: want metrics 9191 of the edge's pods", ports, sel)
+			}
+		case "ServiceMonitor":
+			found["ServiceMonitor"] = true
+			sel, _, _ := unstructured.NestedStringMap(o.Object, "spec", "selector", "matchLabels")
+			endpoints, _, _ := unstructured.NestedSlice(o.Object, "spec", "endpoints")
+			if sel["app.kubernetes.io/component"] != "edge" || len(endpoints) != 1 || endpoints[0].(map[string]any)["port"] != "metrics" {
+				t.Errorf("edge ServiceMonitor selector %v, endpoints %v: want the edge's metrics port", sel, endpoints)
+			}
+		case "NetworkPolicy":
+			found["NetworkPolicy"] = true
+			ingress, _, _ := unstructured.NestedSlice(o.Object, "spec", "ingress")
+			want := []any{map[string]any{"ports": []any{map[string]any{"port": "metrics", "protocol": "TCP"}}, "from": scrapers}}
+			if fmt.Sprint(ingress) != fmt.Sprint(want) {
+				t.Errorf("edge NetworkPolicy ingress %v, want %v", ingress, want)
+			}
+		}
+	}
+	if len(found) != 4 {
+		t.Errorf("rendered %v, want a Deployment, Service, ServiceMonitor and NetworkPolicy", found)
+	}
+}

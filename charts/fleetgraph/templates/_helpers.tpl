@@ -175,6 +175,7 @@ replica gets the authenticator and no sources.
 - --manager={{ required "edge.managerURL is required in mode edge" .Values.edge.managerURL }}
 - --cluster={{ required "edge.cluster is required in mode edge" .Values.edge.cluster }}
 - --token-file=/etc/fleetgraph/edge/token
+- --metrics-listen=:{{ .Values.metrics.port }}
 {{ include "fleetgraph.collectArgs" . }}
 {{- with .Values.edge.region }}
 - --region={{ . }}

@@ -83,6 +83,11 @@ spec:
           port: http
         periodSeconds: 10
         failureThreshold: 6
+      {{- else if eq .Values.mode "edge" }}
+      ports:
+        - name: metrics
+          containerPort: {{ .Values.metrics.port }}
+          protocol: TCP
       {{- end }}
       volumeMounts:
         - name: tmp
