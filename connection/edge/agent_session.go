@@ -497,16 +497,24 @@ func (s *agentSession) sendDelta(ctx context.Context, ups []index.Object, dels [
 	if err != nil {
 		return err
 	}
+	empty, err := overhead(&Message{Type: TypeDelta, Seq: s.sent.Load(), Delta: &Delta{}})
+	if err != nil {
+		return err
+	}
+	// Only the first message carries the kind errors: a row has the room
+	// of a message without them, and goes in a later one when the first
+	// has no room for it (review-s11 E2).
+	room := s.maxMsg - empty
 	budget, size := s.maxMsg-base, 0
 	flush := func() error {
 		if err := s.send(ctx, &Message{Type: TypeDelta, Delta: d}); err != nil {
 			return err
 		}
-		d, size = &Delta{}, 0
+		d, size, budget = &Delta{}, 0, room
 		return nil
 	}
 	for i := range ups {
-		raw := s.encodeRow(&ups[i], budget)
+		raw := s.encodeRow(&ups[i], room)
 		if raw == nil {
 			if k, ok := leftOutDelete(&ups[i]); ok {
 				dels = append(dels, k)

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -1243,6 +1244,84 @@ func TestDeletesMeasuredAsEncoded(t *testing.T) {
 	conntest.Eventually(t, 30*time.Second, "the rows deleted", synced(0))
 	if s := a.Stats(); s.Sessions != 1 || s.Rejects != 0 {
 		t.Errorf("%d sessions, %d rejects, the last: %v; want 1, 0", s.Sessions, s.Rejects, s.LastReject)
+	}
+}
+
+// TestDeltaRowHasARoomWithoutKinds: only a delta's first message carries
+// its kind errors, so a row that fits a message without them but not the
+// first goes in a later message. With the first message's room, it was
+// left out as too large for any message and deleted at the manager, to
+// come back with the next resync (review-s11 E2).
+func TestDeltaRowHasARoomWithoutKinds(t *testing.T) {
+	const maxMsg = 64 << 10
+	got := make(chan *Message, 8)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := newConn()
+		ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{OnPongReceived: c.pong})
+		if err != nil {
+			return
+		}
+		c.ws = ws
+		defer c.closeNow()
+		for {
+			m, _, err := c.read(maxMsg, 10*time.Second)
+			if err != nil {
+				close(got)
+				return
+			}
+			got <- m
+		}
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), nil) //nolint:bodyclose // coder closes it
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newConn()
+	c.ws = ws
+	a, err := NewAgent(AgentOptions{Manager: srv.URL, Cluster: "c", Token: func() (string, error) { return "", nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newAgentSession(a, c, &Welcome{MaxMessageBytes: maxMsg, Window: 8})
+	var kinds []KindState
+	for i := range 4 {
+		kinds = append(kinds, KindState{Kind: index.Kind{Kind: fmt.Sprintf("Broken%d", i)}, Error: strings.Repeat("e", 1000)})
+	}
+	empty, err := overhead(&Message{Type: TypeDelta, Seq: 1, Delta: &Delta{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A row 500 bytes under a message without the kinds, 3.5 KB over one
+	// with them.
+	row := testRows("c", 1, "1")[0]
+	fill := func(n int) {
+		l := map[string]string{"f": strings.Repeat("f", n)}
+		for _, k := range []string{"a", "b", "c", "d", "e"} {
+			l[k] = strings.Repeat(k, 12<<10)
+		}
+		row.Labels = index.LabelsOf(l)
+	}
+	fill(0)
+	raw, err := json.Marshal(&row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(maxMsg - empty - 500 - len(raw))
+	if err := s.sendDelta(ctx, []index.Object{row}, nil, kinds); err != nil {
+		t.Fatal(err)
+	}
+	c.closeNow()
+	var upserts, deletes, kindErrs int
+	for m := range got {
+		upserts += len(m.Delta.Upserts)
+		deletes += len(m.Delta.Deletes)
+		kindErrs += len(m.Delta.Kinds)
+	}
+	if upserts != 1 || deletes != 0 || kindErrs != len(kinds) || a.Stats().TooBig != 0 {
+		t.Errorf("the delta sent %d rows, %d deletes, %d kind errors, %d rows too big; want 1, 0, %d, 0", upserts, deletes, kindErrs, a.Stats().TooBig, len(kinds))
 	}
 }
 
