@@ -1255,33 +1255,22 @@ func TestDeletesMeasuredAsEncoded(t *testing.T) {
 func TestDeltaRowHasARoomWithoutKinds(t *testing.T) {
 	const maxMsg = 64 << 10
 	got := make(chan *Message, 8)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c := newConn()
-		ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{OnPongReceived: c.pong})
-		if err != nil {
-			return
-		}
-		c.ws = ws
-		defer c.closeNow()
+	manager, ws, url := wsPair(t)
+	go func() {
 		for {
-			m, _, err := c.read(maxMsg, 10*time.Second)
+			m, _, err := manager.read(maxMsg, 10*time.Second)
 			if err != nil {
 				close(got)
 				return
 			}
 			got <- m
 		}
-	}))
-	defer srv.Close()
+	}()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), nil) //nolint:bodyclose // coder closes it
-	if err != nil {
-		t.Fatal(err)
-	}
 	c := newConn()
 	c.ws = ws
-	a, err := NewAgent(AgentOptions{Manager: srv.URL, Cluster: "c", Token: func() (string, error) { return "", nil }})
+	a, err := NewAgent(AgentOptions{Manager: url, Cluster: "c", Token: func() (string, error) { return "", nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,26 +53,7 @@ func TestStalledMessageEndsSession(t *testing.T) {
 // "use of closed network connection": a session keeps whichever error it
 // hears first (an agent's sender races its reader this way).
 func TestSilenceIsTheCause(t *testing.T) {
-	accepted := make(chan *conn, 1)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c := newConn()
-		ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{OnPongReceived: c.pong})
-		if err != nil {
-			return
-		}
-		c.ws = ws
-		accepted <- c
-	}))
-	defer srv.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	peer, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), nil) //nolint:bodyclose // coder closes it
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = peer.CloseNow() }() // the peer never reads, so it never answers a ping
-	c := <-accepted
-	defer c.closeNow()
+	c, _, _ := wsPair(t) // the peer never reads, so it never answers a ping
 
 	const wait = 50 * time.Millisecond
 	if _, _, err := c.read(DefaultMaxMessageBytes, wait); err == nil || !strings.Contains(err.Error(), "nothing heard") {
@@ -99,4 +80,32 @@ func TestOriginRefused(t *testing.T) {
 	if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("dial with an Origin: err %v, response %v; want 403", err, resp)
 	}
+}
+
+// wsPair connects a websocket through a test server and returns the
+// server's side as a conn, the client's side, and the server's URL; all
+// close when the test ends.
+func wsPair(t *testing.T) (*conn, *websocket.Conn, string) {
+	t.Helper()
+	accepted := make(chan *conn, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := newConn()
+		ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{OnPongReceived: c.pong})
+		if err != nil {
+			return
+		}
+		c.ws = ws
+		accepted <- c
+	}))
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	peer, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), nil) //nolint:bodyclose // coder closes it
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = peer.CloseNow() })
+	c := <-accepted
+	t.Cleanup(c.closeNow)
+	return c, peer, srv.URL
 }
