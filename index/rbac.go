@@ -30,11 +30,20 @@ func policyKey(k Key) string {
 	}
 }
 
-// policyValue converts a policy row into the stored *Role or *Binding.
-func policyValue(o *Object) (any, error) {
+// checkPolicyScope checks that an RBAC row is namespaced as its kind is:
+// Role and RoleBinding are, ClusterRole and ClusterRoleBinding are not.
+func checkPolicyScope(o *Object) error {
 	namespaced := o.Kind == KindRole || o.Kind == KindRoleBinding
 	if namespaced != (o.Namespace != "") {
-		return nil, fmt.Errorf("%w: %s: a %s must %sbe namespaced", ErrInvalidRow, o.Key(), o.Kind, map[bool]string{true: "", false: "not "}[namespaced])
+		return fmt.Errorf("%w: %s: a %s must %sbe namespaced", ErrInvalidRow, o.Key(), o.Kind, map[bool]string{true: "", false: "not "}[namespaced])
+	}
+	return nil
+}
+
+// policyValue converts a policy row into the stored *Role or *Binding.
+func policyValue(o *Object) (any, error) {
+	if err := checkPolicyScope(o); err != nil {
+		return nil, err
 	}
 	p := o.Policy
 	if p == nil {

@@ -387,9 +387,7 @@ func ValidateRow(o *Object) error {
 		return fmt.Errorf("%w: %s: more than %d owner references", ErrInvalidRow, o.Key(), maxOwners)
 	}
 	if IsPolicyKind(o.Group, o.Kind) {
-		if _, err := policyValue(o); err != nil {
-			return err
-		}
+		return checkPolicyScope(o)
 	}
 	return nil
 }
