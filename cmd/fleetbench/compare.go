@@ -188,6 +188,7 @@ type compareOptions struct {
 	sizes      []int
 	stores     map[string]bool
 	iterations int
+	minTime    time.Duration
 	budget     time.Duration
 	churnRate  int
 	churnFor   time.Duration
@@ -216,7 +217,8 @@ func runCompare(ctx context.Context, args []string) error {
 	sizes := fs.String("sizes", "100000,1000000", "fleet sizes (objects, multiples of 10,000: clusters of 1,000 namespaces x 10), each measured in a process of its own")
 	stores := fs.String("stores", "fleetgraph,fleetgraph_http,postgres_typed,postgres_jsonb,sqlite,redis", "stores to compare")
 	o := compareOptions{}
-	fs.IntVar(&o.iterations, "iterations", 1000, "timed runs of each workload (fewer when -budget runs out)")
+	fs.IntVar(&o.iterations, "iterations", 1000, "timed runs of each workload at least (fewer when -budget runs out)")
+	fs.DurationVar(&o.minTime, "min-time", time.Second, "time each workload on each store for at least this long (within -budget), however fast it answers")
 	fs.DurationVar(&o.budget, "budget", 5*time.Second, "time budget of one workload on one store (at least 5 runs)")
 	fs.IntVar(&o.churnRate, "churn-rate", 20000, "updates per second during the churn run")
 	fs.DurationVar(&o.churnFor, "churn-duration", 5*time.Second, "length of the churn run")
@@ -238,6 +240,9 @@ func runCompare(ctx context.Context, args []string) error {
 		o.sizes = append(o.sizes, n)
 	}
 	slices.Sort(o.sizes)
+	if o.iterations <= 0 || o.minTime < 0 || o.budget <= 0 {
+		return fmt.Errorf("-iterations (%d) and -budget (%v) must be positive, -min-time (%v) not negative", o.iterations, o.budget, o.minTime)
+	}
 	o.stores = map[string]bool{}
 	for _, s := range strings.Split(*stores, ",") {
 		if !slices.Contains(allStores, s) {
@@ -272,7 +277,7 @@ func runCompare(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	rep := &report{args: args, started: time.Now(), loadStart: loadAverage()}
+	rep := &report{args: args, opts: o, started: time.Now(), loadStart: loadAverage()}
 	for _, n := range o.sizes {
 		res, err := compareInChild(ctx, exe, fs, o, n)
 		if err != nil {
@@ -539,7 +544,7 @@ func compareSize(ctx context.Context, o compareOptions, n int) (*sizeResult, err
 					return nil, fmt.Errorf("%s %s: wrong answer: %w", p.name(), w.name, err)
 				}
 			}
-			l, err := timeWorkload(ctx, w, p, o.iterations, o.budget)
+			l, err := timeWorkload(ctx, w, p, o.runs())
 			if err != nil {
 				return nil, fmt.Errorf("%s %s: %w", p.name(), w.name, err)
 			}
@@ -690,20 +695,52 @@ func facetDiff(got, want facetCounts) string {
 	return strings.Join(out, ", ")
 }
 
-// timeWorkload runs w on p after a warm-up, iterations times or until the
-// budget is spent (at least 5 runs: facets over a million rows take
-// seconds in some stores), and returns its percentiles. Every run's result
-// size must be the reference's for the same request.
-func timeWorkload(ctx context.Context, w workload, p peer, iterations int, budget time.Duration) (latency, error) {
+// runRule is how many times, and for how long, one workload runs on one
+// store: at least iterations runs and for at least minTime, unless budget
+// runs out first (but at least minRuns).
+//
+// A count of runs alone times each store over a window as long as its
+// answers are slow: 1,000 runs of a 5 µs answer last 5 ms, which one
+// transient of the store's process can fill. The first such transient
+// found was fleetgraph's own, right after its load: the runtime hands
+// out heap pages nothing has touched yet until the first collection, and
+// a first touch costs 10-15 µs on this machine's VM, so Q2-Q4 ran 2-5
+// times slower in some runs than in others, and Q5 and Q6b about 6
+// times slower than once the heap is reused. minTime makes every store's
+// percentiles cover the same stretch of its steady state, its collections
+// or checkpoints included.
+type runRule struct {
+	iterations int
+	minTime    time.Duration
+	budget     time.Duration
+}
+
+func (o compareOptions) runs() runRule {
+	return runRule{iterations: o.iterations, minTime: o.minTime, budget: o.budget}
+}
+
+// more reports whether a workload that has run i times since start runs
+// again.
+func (r runRule) more(i int, elapsed time.Duration) bool {
+	if i < minRuns {
+		return true
+	}
+	return (i < r.iterations || elapsed < r.minTime) && elapsed < r.budget
+}
+
+// timeWorkload runs w on p after a warm-up, as long as rule says, and
+// returns its percentiles. Every run's result size must be the
+// reference's for the same request.
+func timeWorkload(ctx context.Context, w workload, p peer, rule runRule) (latency, error) {
 	warm := time.Now()
-	for i := 0; i < min(iterations/10, 20) && time.Since(warm) < budget/5; i++ {
+	for i := 0; i < min(rule.iterations/10, 20) && time.Since(warm) < rule.budget/5; i++ {
 		if _, err := w.run(ctx, p, i); err != nil {
 			return latency{}, err
 		}
 	}
 	var ds []time.Duration
 	start := time.Now()
-	for i := 0; i < iterations && (i < minRuns || time.Since(start) < budget); i++ {
+	for i := 0; rule.more(i, time.Since(start)); i++ {
 		t := time.Now()
 		if _, err := w.run(ctx, p, i); err != nil {
 			return latency{}, err

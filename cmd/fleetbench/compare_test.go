@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestCompareSmall runs the whole comparison on a 10,000-object fleet with
@@ -51,7 +52,7 @@ func TestCompareSmall(t *testing.T) {
 	if !strings.HasSuffix(string(md), "\n"+kept) || strings.Contains(string(md), "# old figures") {
 		t.Errorf("the report does not end with the kept sections, or kept the old figures:\n%s", md)
 	}
-	for _, want := range []string{"## 10000 objects", "| Q6b |", "### postgres_jsonb", "### redis", "| sqlite |", "Garbage-collection policy of each size's fleetbench process"} {
+	for _, want := range []string{"## 10000 objects", "| Q6b |", "### postgres_jsonb", "### redis", "| sqlite |", "Garbage-collection policy of each size's fleetbench process", "runs on each store for at least 1s and 20 runs"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report lacks %q", want)
 		}
@@ -142,4 +143,32 @@ func processesUnder(t *testing.T, dir string) []string {
 		}
 	}
 	return out
+}
+
+// TestRunRule: a workload runs for -min-time even past -iterations, never
+// past -budget, and at least minRuns times whatever the clock says.
+func TestRunRule(t *testing.T) {
+	r := runRule{iterations: 1000, minTime: time.Second, budget: 5 * time.Second}
+	for _, c := range []struct {
+		i       int
+		elapsed time.Duration
+		want    bool
+	}{
+		{0, 0, true},
+		{minRuns - 1, time.Hour, true},            // the fewest runs, however slow
+		{minRuns, 5 * time.Second, false},         // budget spent
+		{500, 10 * time.Millisecond, true},        // neither count nor time reached
+		{1000, 10 * time.Millisecond, true},       // the count, not the time
+		{1_000_000, 999 * time.Millisecond, true}, // a fast store runs on
+		{1000, time.Second, false},                // both reached
+		{999, 4 * time.Second, true},              // the count, within budget
+	} {
+		if got := r.more(c.i, c.elapsed); got != c.want {
+			t.Errorf("more(%d, %v) = %v, want %v", c.i, c.elapsed, got, c.want)
+		}
+	}
+	// A -min-time beyond the budget: the budget wins.
+	if (runRule{iterations: 10, minTime: time.Minute, budget: time.Second}).more(10, time.Second) {
+		t.Error("ran past the budget for -min-time")
+	}
 }

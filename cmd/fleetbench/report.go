@@ -21,6 +21,7 @@ import (
 // report collects every size's results for BENCHMARKS.md and the chart.
 type report struct {
 	args              []string
+	opts              compareOptions
 	started, finished time.Time
 	loadStart         string // uptime at the start
 	gc                string // the GC policy the run measured fleetgraph under
@@ -104,7 +105,17 @@ request from one client, p50 and p99 over the runs shown, each to the answer as 
 holds it (rows scanned into Go values, a reply decoded, fleetgraph's page or facet lists); turning
 answers into the common keys and counts they are checked in is not timed, for any store; ` + "`best_peer_ratio`" + ` is the best peer's p50
 divided by fleetgraph's in-process p50 (peers: postgres_typed, postgres_jsonb, sqlite, redis).
-
+`)
+	w(`Each workload runs on each store for at least %v and %d runs, unless its budget of %v runs out
+first (at least %d runs), after a warm-up of up to 20 runs. Every store is timed over the same
+stretch of wall clock, however fast it answers: 1,000 runs of a 5 µs answer last 5 ms, which one
+transient of a store's process can fill. fleetgraph's own was the first found: right after its load
+the Go runtime hands out heap pages nothing has touched yet, until its first collection, and a first
+touch costs 10-15 µs on this machine's VM, so Q2-Q4 ran 2-5 times slower in some runs than in
+others, and Q5 and Q6b 4-7 times slower than once the heap is reused (session 12's notes,
+bench/results/2026-11-27-s12/).
+`, r.opts.minTime, r.opts.iterations, r.opts.budget, minRuns)
+	w(`
 What differs, in the peers' favour: fleetgraph_http's pages also compute the total count of
 matches (its query selects totalCount, as a list view does), the peers' and fleetgraph's in
 process do not (index.Query.NoTotal, what the API does when totalCount is not selected), and
