@@ -188,15 +188,21 @@ func (l Labels) MarshalJSON() ([]byte, error) {
 // character or invalid UTF-8, or anything but an object of strings,
 // errors included) is decoded through a map as before, so that the
 // results and errors are the map's (FuzzLabelsUnmarshalJSON).
+//
+// So is an object with more than maxDirectLabels members, or with a key
+// given twice, which an honest edge never sends (it marshals a map): the
+// pairs and bytes made here are sized by the members, so a row of
+// hundreds of thousands of one key repeated would hold them for a single
+// label, and the bytes of every value given before the last (review-s11
+// L1). Through the map the labels hold only what they keep. Such an
+// object is decoded, not refused: refusing would make a decoding error of
+// what the map accepted, and the labels quota, checked after decoding,
+// is the one place that rejects too many labels (a row reject, where a
+// decoding error refuses the whole message).
 func (l *Labels) UnmarshalJSON(b []byte) error {
 	n, size := 0, 0
-	if !scanLabelsJSON(b, func(key, value []byte) { n, size = n+1, size+len(key)+len(value) }) {
-		var m map[string]string
-		if err := json.Unmarshal(b, &m); err != nil {
-			return err
-		}
-		*l = LabelsOf(m)
-		return nil
+	if !scanLabelsJSON(b, func(key, value []byte) { n, size = n+1, size+len(key)+len(value) }) || n > maxDirectLabels {
+		return l.unmarshalViaMap(b)
 	}
 	if n == 0 {
 		*l = Labels{}
@@ -214,19 +220,32 @@ func (l *Labels) UnmarshalJSON(b []byte) error {
 		kv = append(kv, labelKV{all[off:k], all[k:v]})
 		off = v
 	})
-	// Stable, so that a key given twice has its values in the order given,
-	// and the last is kept; not an insertion sort (sortLabels), as a row's
-	// labels are not counted against the quota until decoded.
-	slices.SortStableFunc(kv, compareLabelKV)
-	w := 0
-	for i := range kv {
-		if i+1 < len(kv) && kv[i+1].key == kv[i].key {
-			continue
+	// Not an insertion sort (sortLabels): a row's labels are not counted
+	// against the quota until decoded.
+	slices.SortFunc(kv, compareLabelKV)
+	for i := 1; i < len(kv); i++ {
+		if kv[i].key == kv[i-1].key {
+			return l.unmarshalViaMap(b)
 		}
-		kv[w] = kv[i]
-		w++
 	}
-	*l = Labels{kv: kv[:w]}
+	*l = Labels{kv: kv}
+	return nil
+}
+
+// maxDirectLabels is the most members UnmarshalJSON decodes straight into
+// pairs: eight times the default labels quota (128, Quotas.LabelsPerRow
+// in connection/edge, which index does not import), so that no row an
+// honest edge sends under that quota goes through the map.
+const maxDirectLabels = 1024
+
+// unmarshalViaMap sets the labels to those of b decoded into a
+// map[string]string.
+func (l *Labels) unmarshalViaMap(b []byte) error {
+	var m map[string]string
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	*l = LabelsOf(m)
 	return nil
 }
 

@@ -50,3 +50,21 @@ func BenchmarkLabelsUnmarshalJSON(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkLabelsUnmarshalJSONHostile decodes each of hostileLabels, for
+// the bytes and allocations of decoding what a hostile edge could send.
+func BenchmarkLabelsUnmarshalJSONHostile(b *testing.B) {
+	for _, c := range hostileLabels() {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(c.in)))
+			for b.Loop() {
+				var l index.Labels
+				if err := l.UnmarshalJSON(c.in); err != nil {
+					b.Fatal(err)
+				}
+				labelsBenchSink = l
+			}
+		})
+	}
+}

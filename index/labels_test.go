@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -158,8 +159,8 @@ func TestLabelsJSON(t *testing.T) {
 
 // unmarshalLabelCases are JSON values that decode into labels or fail to,
 // each as a map[string]string does: objects Labels decode themselves
-// (plain, duplicate keys, whitespace, non-ASCII) or hand to a map
-// (escapes, control characters, invalid UTF-8), and input the map
+// (plain, whitespace, non-ASCII) or hand to a map (duplicate keys,
+// escapes, control characters, invalid UTF-8), and input the map
 // refuses. The first is BenchmarkLabelsUnmarshalJSON's labels.
 var unmarshalLabelCases = []string{
 	`{"app":"shop","tier":"web","app.kubernetes.io/name":"shop","team":"a","env":"prod"}`,
@@ -169,6 +170,84 @@ var unmarshalLabelCases = []string{
 	`{"a":1}`, `{"a":{}}`, `[]`, `"x"`, `{"a":"1"`, `{"a" "1"}`, `true`, `{"a":"\x"}`, `{"a":["b"]}`,
 	`{"a":"1",}`, `{,}`, `{"a":"1"}x`, `{"a":"1"} {}`, `nul`, `nullx`, ``, ` `, `{"a":"1" "b":"2"}`, `{"a":"1"}}`,
 	`{"a":"1"},"labels":{"b":"2"}`,
+}
+
+// hostileLabels are labels a hostile edge could send in a row of a
+// message of up to 4 MiB (review-s11 L1), for
+// TestLabelsUnmarshalJSONHostile and BenchmarkLabelsUnmarshalJSONHostile:
+// one key given 700k times, a 1 MiB value replaced by the last, and
+// distinct keys at, just over and far over maxDirectLabels (1024).
+func hostileLabels() []struct {
+	name string
+	in   []byte
+	dup  bool // a key given twice
+} {
+	distinct := func(n int) []byte {
+		b := []byte{'{'}
+		for i := range n {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = fmt.Appendf(b, `"a%d":""`, i)
+		}
+		return append(b, '}')
+	}
+	return []struct {
+		name string
+		in   []byte
+		dup  bool
+	}{
+		{"one key 700k times", []byte(`{` + strings.Repeat(`"":"",`, 700_000) + `"":"last"}`), true},
+		{"a big value replaced", []byte(`{"a":"` + strings.Repeat("x", 1<<20) + `","a":""}`), true},
+		{"1024 keys", distinct(1024), false},
+		{"1025 keys", distinct(1025), false},
+		{"200k keys", distinct(200_000), false},
+	}
+}
+
+// TestLabelsUnmarshalJSONHostile checks that labels a hostile edge could
+// send decode as a map does, and that decoding them holds no more memory
+// than the labels themselves: not a pair per member, nor the bytes of
+// values given before the last (review-s11 L1). Where a key is given
+// twice it checks too that all decoding allocates, garbage included, is
+// a few times the input, not the 5 times of a 32-byte pair per 6-byte
+// member. It does not bound the allocations of distinct keys past 1024:
+// those go through a map, which costs about 13 times the input, as every
+// row did before review-s10-index L7; the labels quota then rejects the
+// row.
+func TestLabelsUnmarshalJSONHostile(t *testing.T) {
+	for _, c := range hostileLabels() {
+		t.Run(c.name, func(t *testing.T) {
+			checkUnmarshalLikeMap(t, c.in)
+			var before, decoded, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			var l index.Labels
+			if err := l.UnmarshalJSON(c.in); err != nil {
+				t.Fatal(err)
+			}
+			runtime.ReadMemStats(&decoded)
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			held := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+			allocated := int64(decoded.TotalAlloc - before.TotalAlloc)
+			// What the labels need: a 32-byte pair and the bytes of each
+			// string, twice over for size classes and the like.
+			need := int64(0)
+			for k, v := range l.All() {
+				need += 32 + int64(len(k)+len(v))
+			}
+			const slack = 256 << 10
+			t.Logf("%d bytes in, %d labels: %d bytes allocated, %d held", len(c.in), l.Len(), allocated, held)
+			if held > 2*need+slack {
+				t.Errorf("decoding holds %d bytes for %d labels of %d bytes", held, l.Len(), need)
+			}
+			if c.dup && allocated > 4*int64(len(c.in))+slack {
+				t.Errorf("decoding %d bytes allocates %d bytes", len(c.in), allocated)
+			}
+			runtime.KeepAlive(l)
+		})
+	}
 }
 
 // checkUnmarshalLikeMap checks that Labels decode in, called directly (so
