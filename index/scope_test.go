@@ -11,7 +11,8 @@ import (
 // for the kinds, which the scan tells by each row's kind id (kidOf)
 // without loading the rows of other kinds; with no kinds filter the list
 // is exact. A row whose kind id changes (its cluster names the kind's
-// resource anew) is found under its new kind id only.
+// resource anew) is found under its new kind id only, while another
+// cluster's rows keep the old one.
 func TestScopeSourceKinds(t *testing.T) {
 	s, _ := newTestStore(t)
 	obj := func(kind Kind, ns, name string, st Status) Object {
@@ -89,8 +90,18 @@ func TestScopeSourceKinds(t *testing.T) {
 		check(t, f, []string{"p1"}, false, false)
 	})
 	t.Run("remapped kind", func(t *testing.T) {
+		// A row of the old resource in another cluster keeps its kind id
+		// in use, so that the page of it in "a" scans the rows of "a" and
+		// finds none only if their kind ids were changed (with none in
+		// use, the page would be empty before any scan; review-s11 T2).
+		other := obj(flux, "a", "k2", StatusHealthy)
+		other.Cluster = "c2"
+		mustNoErr(t, s.Replace(ctxb, "c2", flux, []Object{other}))
 		mustNoErr(t, s.Replace(ctxb, "c", v2, fluxRows(v2)))
 		check(t, in("kustomizations-v2"), []string{"k0", "k1"}, false, true)
 		check(t, in("kustomizations"), nil, false, true)
+		f := in("kustomizations")
+		f.Clusters = nil
+		check(t, f, []string{"k2"}, false, true)
 	})
 }
