@@ -8,7 +8,6 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
-	"syscall"
 	"testing"
 
 	"github.com/fleetgraph/fleetgraph/index"
@@ -67,9 +66,8 @@ func BenchmarkObjectsMillion(b *testing.B) {
 	}
 	s, keys := millionFleet()
 	b.Run("get", func(b *testing.B) {
-		b.ReportAllocs()
 		i, n := 0, 0
-		defer cpuTimer(b)()
+		defer cpuPerOp(b, stopGC)()
 		for b.Loop() {
 			o, ok := s.Get(keys[i%len(keys)])
 			if !ok {
@@ -81,17 +79,9 @@ func BenchmarkObjectsMillion(b *testing.B) {
 		b.ReportMetric(float64(n)/float64(i), "labels/op")
 	})
 	b.Run("page", func(b *testing.B) {
-		queries := make([]index.Query, len(keys))
-		for i, k := range keys {
-			queries[i] = index.Query{
-				Filter: index.Filter{Clusters: []string{k.Cluster}, Namespaces: []string{k.Namespace}, Kinds: []string{k.Kind}},
-				First:  100, Access: &index.Access{All: true}, Order: index.Order{Field: index.OrderName},
-				NoTotal: true, NoEdgeCursors: true,
-			}
-		}
-		b.ReportAllocs()
+		queries := q2Queries(keys)
 		i, rows, n := 0, 0, 0
-		defer cpuTimer(b)()
+		defer cpuPerOp(b, stopGC)()
 		for b.Loop() {
 			pg, err := s.Query(context.Background(), queries[i%len(queries)])
 			if err != nil || len(pg.Edges) == 0 {
@@ -108,17 +98,12 @@ func BenchmarkObjectsMillion(b *testing.B) {
 	})
 	b.Run("objects", func(b *testing.B) {
 		pages := make([][]uint32, len(keys))
-		for i, k := range keys {
-			pages[i] = index.PageRowIDs(s, index.Query{
-				Filter: index.Filter{Clusters: []string{k.Cluster}, Namespaces: []string{k.Namespace}, Kinds: []string{k.Kind}},
-				First:  100, Access: &index.Access{All: true}, Order: index.Order{Field: index.OrderName},
-				NoTotal: true, NoEdgeCursors: true,
-			})
+		for i, q := range q2Queries(keys) {
+			pages[i] = index.PageRowIDs(s, q)
 		}
 		edges := make([]index.Edge, 100)
-		b.ReportAllocs()
 		i, n := 0, 0
-		defer cpuTimer(b)()
+		defer cpuPerOp(b, stopGC)()
 		for b.Loop() {
 			p := pages[i%len(pages)]
 			index.PageObjects(s, p, edges)
@@ -141,31 +126,103 @@ func countLabels(o *index.Object) int {
 	return n
 }
 
-// cpuTimer reports the CPU time of this thread per op when the returned
-// function runs: on a loaded machine, wall time per op counts the time
-// other processes had the core.
-//
-// It also collects and then stops the garbage collector until then: at 1M
-// objects a collection marks about a gigabyte, and one in the timed loop
-// (the loop allocates a few GB in a few seconds) costs its reads the
-// collector's CPU and caches, where compare's thousand queries run
-// between collections.
-func cpuTimer(b *testing.B) func() {
-	runtime.GC()
-	gc := debug.SetGCPercent(-1)
-	runtime.LockOSThread()
-	start := threadCPU()
-	return func() {
-		b.ReportMetric(float64(threadCPU()-start)/float64(b.N), "cpu-ns/op")
-		runtime.UnlockOSThread()
-		debug.SetGCPercent(gc)
+// BenchmarkQ2Million is fleetbench compare's Q2 at 1M objects (one kind
+// in one namespace of one cluster, first 100 by name, 4,096 random keys
+// in turn), with the garbage collector on as a server runs it: page is
+// Store.Query as compare calls it; plan is the query's plan alone
+// (compile, source choice and collect, without the page's objects);
+// compile is its compile alone. Set FLEETGRAPH_BENCH_1M=1 to run it.
+func BenchmarkQ2Million(b *testing.B) {
+	if os.Getenv(millionEnv) == "" {
+		b.Skip("set " + millionEnv + "=1 to load the 1M-object fleet")
 	}
+	s, keys := millionFleet()
+	queries := q2Queries(keys)
+	b.Run("page", func(b *testing.B) {
+		defer cpuPerOp(b, keepGC)()
+		i := 0
+		for b.Loop() {
+			pg, err := s.Query(context.Background(), queries[i%len(queries)])
+			if err != nil || len(pg.Edges) == 0 {
+				b.Fatal(err, len(pg.Edges))
+			}
+			i++
+		}
+	})
+	b.Run("plan", func(b *testing.B) {
+		defer cpuPerOp(b, keepGC)()
+		i := 0
+		for b.Loop() {
+			if n, err := index.PlanOnly(s, &queries[i%len(queries)]); err != nil || n == 0 {
+				b.Fatal(err, n)
+			}
+			i++
+		}
+	})
+	b.Run("compile", func(b *testing.B) {
+		defer cpuPerOp(b, keepGC)()
+		i := 0
+		for b.Loop() {
+			if err := index.CompileOnly(s, &queries[i%len(queries)]); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
 }
 
-func threadCPU() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(1 /* RUSAGE_THREAD */, &ru); err != nil {
-		panic(err)
+// q2Queries are compare's Q2 requests for keys: one kind in one
+// namespace of one cluster, first 100 by name, with no total or cursors.
+func q2Queries(keys []index.Key) []index.Query {
+	queries := make([]index.Query, len(keys))
+	for i, k := range keys {
+		queries[i] = index.Query{
+			Filter:  index.Filter{Clusters: []string{k.Cluster}, Namespaces: []string{k.Namespace}, Kinds: []string{k.Kind}},
+			First:   100,
+			Access:  &index.Access{All: true},
+			Order:   index.Order{Field: index.OrderName},
+			NoTotal: true, NoEdgeCursors: true,
+		}
 	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
+	return queries
+}
+
+// stopGC and keepGC tell cpuPerOp what to do with the garbage collector.
+const (
+	stopGC = true
+	keepGC = false
+)
+
+// cpuPerOp reports allocations and, where threadCPU can tell it, the CPU
+// time of this thread per op (cpu-ns/op) when the returned function runs:
+// on a loaded machine, wall time per op counts the time other processes
+// had the core. Call it at the start of a benchmark and defer what it
+// returns.
+//
+// With stopGC it collects and then stops the garbage collector until
+// then: at 1M objects a collection marks about a gigabyte, and one in the
+// timed loop (the loop allocates a few GB in a few seconds) costs its
+// reads the collector's CPU and caches, where compare's thousand queries
+// run between collections. With the collector on (keepGC), cpu-ns/op
+// leaves out the marking it does on other threads (see threadCPU): read
+// it beside B/op, as a change that allocates more looks cheaper than it
+// is.
+func cpuPerOp(b *testing.B, gc bool) func() {
+	b.ReportAllocs()
+	percent := 0
+	if gc == stopGC {
+		runtime.GC()
+		percent = debug.SetGCPercent(-1)
+	}
+	runtime.LockOSThread()
+	start, ok := threadCPU()
+	return func() {
+		if end, _ := threadCPU(); ok {
+			b.ReportMetric(float64(end-start)/float64(b.N), "cpu-ns/op")
+		}
+		runtime.UnlockOSThread()
+		if gc == stopGC {
+			debug.SetGCPercent(percent)
+		}
+	}
 }
