@@ -43,7 +43,7 @@ func PlanOnly(s *Store, q *Query) (int, error) {
 		return 0, err
 	}
 	p.paced(s, context.Background())
-	defer p.pace.done()
+	defer p.end()
 	rows, _, _, err := p.run(q.Order, nil, q.First, false)
 	return len(rows), err
 }
@@ -52,6 +52,10 @@ func PlanOnly(s *Store, q *Query) (int, error) {
 func CompileOnly(s *Store, q *Query) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	_, err := s.x.compile(s.db, &q.Filter, q.Access)
+	p, err := s.x.compile(s.db, &q.Filter, q.Access)
+	if err == nil { // as a page ends it
+		p.paced(s, context.Background())
+		p.end()
+	}
 	return err
 }

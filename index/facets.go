@@ -50,7 +50,7 @@ func (s *Store) Facets(ctx context.Context, f Filter, a *Access) (*Facets, error
 		return nil, err
 	}
 	p.paced(s, ctx)
-	defer p.pace.done()
+	defer p.end()
 	t := p.newTally(true, 0)
 	if !p.empty {
 		src := p.bestSource()

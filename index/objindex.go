@@ -1,6 +1,9 @@
 package index
 
-import "slices"
+import (
+	"slices"
+	"sync"
+)
 
 // objIndex holds the object rows, their indexes and pre-aggregated
 // counts. It lives outside memdb on purpose. Measured on this machine,
@@ -70,6 +73,8 @@ type objIndex struct {
 	// allCluster is the ClusterAccess that sees a whole cluster, used
 	// for viewers with Access.All.
 	allCluster *ClusterAccess
+	// plans pools the plans of pages (see objIndex.getPlan).
+	plans sync.Pool
 	// shapes numbers the changes of clusters' shapes (see
 	// clusterAgg.shape).
 	shapes uint64

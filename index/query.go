@@ -316,7 +316,7 @@ func (s *Store) Query(ctx context.Context, q Query) (*Page, error) {
 		return nil, err
 	}
 	p.paced(s, ctx)
-	defer p.pace.done()
+	defer p.end() // after the last use of rows, which are p's
 	stale := s.stale
 	page := &Page{Seq: s.seq, Edges: []Edge{}}
 	if !q.NoTotal {
@@ -446,11 +446,13 @@ func (p *plan) collect(src source, o Order, after *sortKey, first int) ([]*objRo
 	// (a plan collects at most once), so it costs none.
 	c := &p.coll
 	*c = collector{p: p, o: o, after: after}
-	c.h.init(p.x, o.Desc, first+1, src.est)
+	c.h.init(p.x, o.Desc, first+1, src.est, p.slots)
 	if err := p.scan(src, c); err != nil {
 		return nil, false, 0, err
 	}
-	rows := c.h.sorted()
+	p.rows = c.h.sorted(p.rows)
+	p.slots = c.h.slots
+	rows := p.rows
 	more := len(rows) > first
 	if more {
 		rows = rows[:first]
@@ -641,10 +643,11 @@ type topSlot struct {
 	heap int32 // the heap's entry at this slot's position, an index of slots; slots[0].heap indexes the last row of the page so far
 }
 
-// init makes h keep the limit first of at most est rows.
-func (h *topK) init(x *objIndex, desc bool, limit, est int) {
+// init makes h keep the limit first of at most est rows, in buf's array
+// when it is large enough.
+func (h *topK) init(x *objIndex, desc bool, limit, est int, buf []topSlot) {
 	n := max(0, min(limit, est))
-	*h = topK{x: x, desc: desc, limit: int32(limit), slots: make([]topSlot, 0, n)}
+	*h = topK{x: x, desc: desc, limit: int32(limit), slots: slices.Grow(buf[:0], n)}
 }
 
 // after reports whether the item of slot i comes after that of slot j in
@@ -705,16 +708,18 @@ func (h *topK) siftDown(n int) {
 	}
 }
 
-// sorted returns the rows in order, taking each last row off the heap in
-// turn (a heapsort: no index slice or comparison closure to allocate). It
-// empties the heap.
-func (h *topK) sorted() []*objRow {
-	out := make([]*objRow, len(h.slots))
+// sorted returns the rows in order, in buf's array when it is large
+// enough, taking each last row off the heap in turn (a heapsort: no index
+// slice or comparison closure to allocate). It empties the heap, and
+// clears its slots, so that they keep no row alive.
+func (h *topK) sorted(buf []*objRow) []*objRow {
+	out := slices.Grow(buf[:0], len(h.slots))[:len(h.slots)]
 	for n := len(h.slots); n > 0; n-- {
 		out[n-1] = h.slots[h.slots[0].heap].r
 		h.slots[0].heap = h.slots[n-1].heap
 		h.siftDown(n - 1)
 	}
+	clear(h.slots)
 	h.slots = h.slots[:0]
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -709,6 +710,55 @@ func TestLongKeyCursorsResume(t *testing.T) {
 					t.Fatalf("%s desc %v: the page after edge %d does not start with edge %d", field, desc, i, i+1)
 				}
 			}
+		}
+	}
+}
+
+// TestPlanEndKeepsNothing checks what a page's plan keeps once the page
+// ends it and it goes back to the pool: its heap and row buffers, which
+// hold no row (a pooled plan must not keep rows alive), and nothing else
+// (the next page compiles its filter into it as into a new plan).
+func TestPlanEndKeepsNothing(t *testing.T) {
+	s, _ := newTestStore(t)
+	for i := range 20 {
+		mustNoErr(t, s.Upsert(ctxb, pod("c0", "ns0", fmt.Sprintf("p-%02d", i), StatusHealthy, map[string]string{"app": "web"})))
+	}
+	f := Filter{
+		Clusters: []string{"c0"}, Namespaces: []string{"ns0"}, Kinds: []string{"Pod"}, Statuses: []Status{StatusHealthy},
+		NameContains: "P-", LabelSelector: "app=web",
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	p, err := s.x.compile(s.db, &f, &Access{All: true})
+	mustNoErr(t, err)
+	p.paced(s, ctxb)
+	rows, more, _, err := p.run(Order{Field: OrderName}, nil, 5, false)
+	mustNoErr(t, err)
+	if len(rows) != 5 || !more || rows[0].name() != "p-00" {
+		t.Fatalf("a page of %d rows (more %v), want the 5 first of 20", len(rows), more)
+	}
+	slots, out := p.slots[:cap(p.slots)], p.rows[:cap(p.rows)]
+	if len(slots) < 6 || len(out) < 5 {
+		t.Fatalf("the plan kept %d slots and %d rows, want the heap's 6 and the page's 5 (the test needs collect)", len(slots), len(out))
+	}
+	p.end()
+	for i := range slots {
+		if slots[i].r != nil || slots[i].sk.row != nil || slots[i].sk.str != "" {
+			t.Errorf("slot %d keeps row %q after the plan ended", i, slots[i].sk.str)
+		}
+	}
+	for i, r := range out {
+		if r != nil {
+			t.Errorf("rows[%d] keeps row %q after the plan ended", i, r.name())
+		}
+	}
+	if len(p.slots) != 0 || cap(p.slots) != len(slots) || len(p.rows) != 0 || cap(p.rows) != len(out) {
+		t.Errorf("the plan keeps %d/%d slots and %d/%d rows, want its buffers, empty", len(p.slots), cap(p.slots), len(p.rows), cap(p.rows))
+	}
+	rest := reflect.ValueOf(p).Elem()
+	for i := range rest.NumField() {
+		if name := rest.Type().Field(i).Name; name != "slots" && name != "rows" && !rest.Field(i).IsZero() {
+			t.Errorf("the plan keeps its %s after it ended", name)
 		}
 	}
 }
