@@ -535,7 +535,9 @@ func peerReject(err error) *Reject {
 // after BackoffInitial (about 0.5 s) every time, and the manager decoded
 // the cluster's whole snapshot twice a second (review-s10 H1). The edge
 // skips the rows the manager's per-row quotas refuse, so this only matters
-// if the two sides' checks ever disagree.
+// if the two sides' checks ever disagree. The Hub asks the same of the
+// reject it ends a session with: such a cluster's RBAC rows are withheld
+// (session.withholdPolicy), since the refusal keeps its revocations out.
 func refusesData(rej *Reject) bool {
 	if rej == nil {
 		return false

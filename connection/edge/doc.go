@@ -18,6 +18,11 @@
 // closed: a snapshot omits it, which drops its older state at the
 // manager's commit, and a delta sends a delete of its key, so the manager
 // never keeps an older state, nor for RBAC a grant the cluster revoked.
+// A session the Hub ends over the data its edge sent (refusesData: the
+// next session would be refused the same way, so later revocations would
+// never arrive) first withholds the cluster's RBAC rows
+// (session.withholdPolicy): the cluster grants nothing until a snapshot is
+// accepted, and its objects stay, stale, for fleet admins.
 //
 // It does not normalize objects (collector), store them (index) or answer
 // queries (graph).

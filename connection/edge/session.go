@@ -27,7 +27,9 @@ var errSessionEnded = errors.New("edge session ended")
 // the edge's window, so it never blocks on a well-behaved edge; pingLoop
 // sends keep-alive pings. Writes of messages are serialized by writeMu;
 // pings may be written concurrently (conn allows it). end may
-// be called from any goroutine; the first error wins. run closes the
+// be called from any goroutine; the first error wins. When the session
+// ends over the data the edge sent, run withholds the cluster's RBAC rows
+// (withholdPolicy) before it sends the Reject. run closes the
 // connection, waits for readLoop and pingLoop, fails pending detail
 // requests, reports the connection lost, releases the claim, and closes
 // done, in that order.
@@ -272,6 +274,11 @@ func (s *session) run(ctx context.Context) {
 		rej := asReject(err)
 		if rej != nil {
 			m.rejects.WithLabelValues(string(rej.Reason)).Inc()
+			if refusesData(rej) {
+				// Before the edge hears of it: from then on, it may
+				// retry only to be refused again.
+				s.withholdPolicy(ctx, rej)
+			}
 			if werr := s.write(&Message{Type: TypeReject, Reject: rej}); werr != nil {
 				s.log.Debug("writing reject failed", "err", werr)
 			}
@@ -581,6 +588,58 @@ func (s *session) checkSnapshotQuotas(ctx context.Context, p *pendingSnapshot) e
 		return quotaf("cluster %q would have %d rows; at most %d are allowed", s.cluster, rows, q.RowsPerCluster)
 	}
 	return nil
+}
+
+// policyKinds are the RBAC kinds, as a Kubernetes API server serves
+// them: what withholdPolicy records for a kind whose rows the cluster has
+// without a kind record (rows a delta upserted).
+var policyKinds = []index.Kind{
+	{Group: index.RBACGroup, Version: "v1", Kind: index.KindClusterRole, Resource: "clusterroles"},
+	{Group: index.RBACGroup, Version: "v1", Kind: index.KindClusterRoleBinding, Resource: "clusterrolebindings"},
+	{Group: index.RBACGroup, Version: "v1", Kind: index.KindRole, Resource: "roles", Namespaced: true},
+	{Group: index.RBACGroup, Version: "v1", Kind: index.KindRoleBinding, Resource: "rolebindings", Namespaced: true},
+}
+
+// withholdPolicy removes the cluster's RBAC rows, because the hub refused
+// what its edge sent (rej, one that refusesData): the rows the manager
+// holds may grant what the cluster has revoked since, in the refused
+// message or in any later one, which the same refusal keeps out until
+// the cluster changes (a namespace editor who puts the cluster over
+// RowsPerCluster keeps every revocation of its admin away from the
+// manager). So the cluster grants nothing at the manager until a snapshot
+// of its RBAC kinds is accepted; its objects stay as last known, stale,
+// for those whose access does not come from the cluster's RBAC (fleet
+// admins). Each RBAC kind the cluster has, by record or by rows, is
+// replaced with no rows and an error that says why, in one index commit
+// (a Sink call, so replicas do the same). docs/security.md, "A refused
+// cluster grants nothing".
+func (s *session) withholdPolicy(ctx context.Context, rej *Reject) {
+	st := s.h.opts.Store
+	have := map[string]index.Kind{}
+	for _, k := range st.Kinds(s.cluster) {
+		if k.Group == index.RBACGroup {
+			have[k.Kind] = k
+		}
+	}
+	rows := st.PolicyRows(s.cluster)
+	why := fmt.Sprintf("withheld: the manager refused this cluster's data (%s: %s); its RBAC rows grant nothing until a snapshot of them is accepted", rej.Reason, rej.Message)
+	var kinds []index.KindSnapshot
+	for _, k := range policyKinds {
+		if rec, ok := have[k.Kind]; ok {
+			k = rec
+		} else if rows[k.Kind] == 0 {
+			continue
+		}
+		kinds = append(kinds, index.KindSnapshot{Kind: k, Synced: true, Err: why})
+	}
+	if len(kinds) == 0 {
+		return
+	}
+	if err := st.ApplySnapshot(ctx, s.cluster, kinds, false); err != nil {
+		s.log.Error("withholding the RBAC rows of a refused cluster failed; they still grant", "err", err)
+		return
+	}
+	s.log.Warn("RBAC rows withheld until a snapshot is accepted", "reason", rej.Reason)
 }
 
 // helloMetadata returns a copy of the metadata the edge sent in its Hello.

@@ -1,0 +1,287 @@
+package edge
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/fleetgraph/fleetgraph/authz"
+	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/internal/conntest"
+)
+
+// TestRefusedClusterGrantsNothing: a cluster whose data the manager
+// refuses as a whole keeps no grants at the manager (review-s11: a
+// cluster refused by quota kept its stale RBAC rows). The attack: a
+// namespace editor creates ConfigMaps until the cluster is over
+// RowsPerCluster, so every session of its edge is refused with quota;
+// then the cluster's admin deletes alice's RoleBinding, and that
+// revocation never reaches the manager. Over a real websocket, with the
+// real RBAC authorizer over the manager's index:
+//
+//   - a delta: the edge's delta with the editor's ConfigMaps is refused,
+//     and the revocation comes after it;
+//   - a snapshot: the edge is away (its grants stay, as for any
+//     disconnect), the cluster is flooded and the binding deleted
+//     meanwhile, and the returning edge's first snapshot is refused.
+//
+// In both, from the refusal on nobody may read anything through the
+// cluster's RBAC (erin's untouched grant goes too: the manager cannot
+// tell which of the rows it holds are still true), while the cluster's
+// objects stay as last known and stale, for fleet admins. Once the
+// cluster is back under its quota, the next snapshot is accepted and
+// grants exactly what the cluster grants now: erin, not alice.
+func TestRefusedClusterGrantsNothing(t *testing.T) {
+	const cluster, instance = "edge-c", "edge-c-1"
+	const quota = 10
+	ctx := t.Context()
+	h := newHubHarness(t, HubOptions{Quotas: Quotas{RowsPerCluster: quota}})
+	az := authz.NewAuthorizer(h.store, authz.Options{})
+	may := func(name, resource string) bool {
+		d, _ := az.Authorize(ctx, cluster, authz.NewIdentity(&user.DefaultInfo{Name: name}), authz.Attributes{
+			Verb: "get", Namespace: "default", Resource: resource, Name: "x", ResourceRequest: true,
+		})
+		return d.Allowed
+	}
+	aliceBinding := rbacRow(cluster, roleBindingKind, "default", "alice-reads", boundTo(index.KindClusterRole, "cm-reader", "alice"))
+	policy := map[index.Kind][]index.Object{
+		clusterRoleKind: {
+			rbacRow(cluster, clusterRoleKind, "", "cm-reader", rules("get", "configmaps")),
+			rbacRow(cluster, clusterRoleKind, "", "svc-reader", rules("get", "services")),
+		},
+		clusterRoleBindingKind: {rbacRow(cluster, clusterRoleBindingKind, "", "erin-reads", boundTo(index.KindClusterRole, "svc-reader", "erin"))},
+		roleBindingKind:        {aliceBinding},
+	}
+	// 3 ConfigMaps and 4 RBAC rows fit the quota; the editor's 10 do not.
+	cms, flood := testRows(cluster, 3, "1"), testRows(cluster, quota, "1")
+	var cmNames []string
+	for _, o := range cms {
+		cmNames = append(cmNames, o.Kind+"/"+o.Namespace+"/"+o.Name)
+	}
+
+	// granting returns why the users of allowed are not exactly those of
+	// alice (configmaps) and erin (services) who may read.
+	granting := func(allowed ...string) error {
+		var errs []error
+		for _, g := range []struct{ user, resource string }{{"alice", "configmaps"}, {"erin", "services"}} {
+			want := slices.Contains(allowed, g.user)
+			if got := may(g.user, g.resource); got != want {
+				errs = append(errs, fmt.Errorf("%s may get %s: %v, want %v", g.user, g.resource, got, want))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	// state returns why the cluster is not as want: connected (not stale)
+	// with the ConfigMaps of cms, or, refused, stale with them still.
+	state := func(refused bool) error {
+		var errs []error
+		if got := names(t, h.store, cluster); !slices.Equal(got, cmNames) {
+			errs = append(errs, fmt.Errorf("the manager has the ConfigMaps %v, want %v", got, cmNames))
+		}
+		if c, ok := h.store.GetCluster(nil, cluster); !ok || c.Stale() != refused {
+			errs = append(errs, fmt.Errorf("cluster %+v (found %v), want stale %v", c, ok, refused))
+		}
+		return errors.Join(errs...)
+	}
+	// expect waits until exactly allowed may read and the cluster is as
+	// state(refused) wants.
+	expect := func(t *testing.T, what string, refused bool, allowed ...string) {
+		t.Helper()
+		conntest.Eventually(t, 30*time.Second, what, func() error {
+			return errors.Join(granting(allowed...), state(refused))
+		})
+	}
+	// start starts the edge with the ConfigMaps cms and the policy rows,
+	// without alice's binding if revoked.
+	start := func(t *testing.T, objs []index.Object, revoked bool) (*Agent, func()) {
+		t.Helper()
+		a, stop := runAgent(t, AgentOptions{Manager: h.url, Cluster: cluster, Instance: instance})
+		if err := a.buf.Replace(ctx, cluster, testKind, objs); err != nil {
+			t.Fatal(err)
+		}
+		for kind, rows := range policy {
+			if revoked && kind == roleBindingKind {
+				rows = nil
+			}
+			if err := a.buf.Replace(ctx, cluster, kind, rows); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a.buf.expect([]index.Kind{testKind, clusterRoleKind, clusterRoleBindingKind, roleBindingKind})
+		return a, stop
+	}
+	// refusedFor waits until the manager has refused the edge over its
+	// rows quota.
+	refusedFor := func(t *testing.T, a *Agent) {
+		t.Helper()
+		conntest.Eventually(t, 30*time.Second, "the edge refused over its quota", func() error {
+			if s := a.Stats(); s.LastReject == nil || s.LastReject.Reason != ReasonQuota {
+				return fmt.Errorf("last reject %v, want a %s one", s.LastReject, ReasonQuota)
+			}
+			return nil
+		})
+	}
+	// withheld checks that the index says why the cluster's RBAC kinds
+	// have no rows.
+	withheld := func(t *testing.T) {
+		t.Helper()
+		n := 0
+		for _, ke := range h.store.KindErrors(nil, cluster) {
+			if ke.Kind.Group == index.RBACGroup && strings.HasPrefix(ke.Error, "withheld: the manager refused this cluster's data (quota: ") {
+				n++
+			}
+		}
+		if n != len(policy) {
+			t.Errorf("%d RBAC kinds say their rows are withheld, want %d: %+v", n, len(policy), h.store.KindErrors(nil, cluster))
+		}
+	}
+	// recover removes the editor's ConfigMaps: the next session's
+	// snapshot is accepted and grants what the cluster grants now.
+	recoverFrom := func(t *testing.T, a *Agent) {
+		t.Helper()
+		if err := a.buf.Replace(ctx, cluster, testKind, cms); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, "the cluster back under its quota", false, "erin")
+	}
+
+	t.Run("a delta", func(t *testing.T) {
+		a, stop := start(t, cms, false)
+		defer stop()
+		expect(t, "the grants synced", false, "alice", "erin")
+		if err := a.buf.Replace(ctx, cluster, testKind, flood); err != nil {
+			t.Fatal(err)
+		}
+		refusedFor(t, a)
+		// The revocation, which no session of this edge can deliver
+		// while the cluster is over its quota.
+		if err := a.buf.Delete(ctx, aliceBinding.Key()); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, "no grants while refused", true)
+		withheld(t)
+		recoverFrom(t, a)
+	})
+
+	t.Run("a snapshot", func(t *testing.T) {
+		a, stop := start(t, cms, false)
+		expect(t, "the grants restored", false, "alice", "erin")
+		stop()
+		h.waitReleased(t, cluster)
+		// A plain disconnect keeps the cluster's last known state,
+		// grants included.
+		if err := granting("alice", "erin"); err != nil {
+			t.Fatalf("after a disconnect: %v", err)
+		}
+		a, stop = start(t, flood, true)
+		defer stop()
+		refusedFor(t, a)
+		expect(t, "no grants after a refused first snapshot", true)
+		withheld(t)
+		if s := a.Stats(); s.Sessions == 0 {
+			t.Errorf("no session was welcomed: the refusal was not of the snapshot")
+		}
+		recoverFrom(t, a)
+	})
+}
+
+// TestWhichEndsWithholdPolicy: which ends of a session withhold the
+// cluster's RBAC rows. Those that refuse what the edge sent (refusesData:
+// the next session sends the same and is refused the same way, so a
+// revocation may never arrive) leave the cluster no RBAC rows; a plain
+// disconnect and a sequence gap (messages lost, all that arrived before
+// applied, and the next session's snapshot as welcome as ever) keep the
+// last known rows, stale, as the design wants for an edge that merely
+// went away.
+func TestWhichEndsWithholdPolicy(t *testing.T) {
+	const cluster, instance = "edge-a", "edge-a-1"
+	policy := []index.Object{
+		rbacRow(cluster, clusterRoleKind, "", "cm-reader", rules("get", "configmaps")),
+		rbacRow(cluster, clusterRoleBindingKind, "", "alice-reads", boundTo(index.KindClusterRole, "cm-reader", "alice")),
+		rbacRow(cluster, roleKind, "default", "secret-reader", rules("get", "secrets")),
+		rbacRow(cluster, roleBindingKind, "default", "bob-reads", boundTo(index.KindRole, "secret-reader", "bob")),
+	}
+	rows := append(testRows(cluster, 2, "1"), policy...)
+	snapshot := &Message{Type: TypeSnapshot, Snapshot: &Snapshot{
+		ID: 1, Final: true, Full: true, Rows: rawRows(t, rows), Kinds: []KindState{
+			{Kind: testKind, Synced: true}, {Kind: clusterRoleKind, Synced: true}, {Kind: clusterRoleBindingKind, Synced: true},
+			{Kind: roleKind, Synced: true}, {Kind: roleBindingKind, Synced: true},
+		},
+	}}
+	other := testRows("edge-b", 1, "1")
+	// RBAC rows may come in deltas, with no kind record.
+	delta := &Message{Type: TypeDelta, Delta: &Delta{Upserts: rawRows(t, rows)}}
+	for _, tc := range []struct {
+		name     string
+		end      func(c *rawClient)
+		withheld bool
+		first    *Message // the snapshot when nil
+	}{
+		{"malformed", func(c *rawClient) {
+			if err := c.writeRaw(websocket.MessageText, []byte("{")); err != nil {
+				t.Fatal(err)
+			}
+			c.expectReject(ReasonMalformed)
+		}, true, nil},
+		{"wrong cluster", func(c *rawClient) {
+			c.send(&Message{Type: TypeDelta, Delta: &Delta{Upserts: rawRows(t, other)}})
+			c.expectReject(ReasonWrongCluster)
+		}, true, nil},
+		{"invalid", func(c *rawClient) {
+			c.send(&Message{Type: TypeSnapshot, Snapshot: &Snapshot{ID: 2, Part: 1}})
+			c.expectReject(ReasonInvalid)
+		}, true, nil},
+		{"oversize", func(c *rawClient) {
+			if err := c.writeRaw(websocket.MessageText, make([]byte, 65<<10)); err != nil {
+				t.Fatal(err)
+			}
+			c.expectReject(ReasonOversize)
+		}, true, nil},
+		{"quota", func(c *rawClient) {
+			c.send(&Message{Type: TypeDelta, Delta: &Delta{Upserts: rawRows(t, testRows(cluster, 20, "1"))}})
+			c.expectReject(ReasonQuota)
+		}, true, nil},
+		{"malformed, rows by delta", func(c *rawClient) {
+			if err := c.writeRaw(websocket.MessageText, []byte("{")); err != nil {
+				t.Fatal(err)
+			}
+			c.expectReject(ReasonMalformed)
+		}, true, delta},
+		{"sequence gap", func(c *rawClient) {
+			c.send(&Message{Type: TypeDelta, Seq: c.seq + 2, Delta: &Delta{}})
+			c.expectReject(ReasonSequenceGap)
+		}, false, nil},
+		{"disconnect", func(c *rawClient) { c.conn.closeNow() }, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHubHarness(t, HubOptions{MaxMessageBytes: 64 << 10, Quotas: Quotas{RowsPerCluster: 10}})
+			c := dialRaw(t, h.url)
+			c.welcome(cluster, instance)
+			first := snapshot
+			if tc.first != nil {
+				first = tc.first
+			}
+			c.send(first)
+			c.awaitAck(c.seq)
+			tc.end(c)
+			h.waitReleased(t, cluster)
+			want := map[string]int{index.KindRole: 1, index.KindClusterRole: 1, index.KindRoleBinding: 1, index.KindClusterRoleBinding: 1}
+			if tc.withheld {
+				want = map[string]int{}
+			}
+			if got := h.store.PolicyRows(cluster); !maps.Equal(got, want) {
+				t.Errorf("RBAC rows after the session ended: %v, want %v", got, want)
+			}
+			if got, want := names(t, h.store, cluster), []string{"ConfigMap/default/cm-00000", "ConfigMap/default/cm-00001"}; !slices.Equal(got, want) {
+				t.Errorf("the manager has the ConfigMaps %v, want %v", got, want)
+			}
+		})
+	}
+}
