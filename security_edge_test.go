@@ -24,6 +24,7 @@ import (
 	"github.com/fleetgraph/fleetgraph/authz"
 	"github.com/fleetgraph/fleetgraph/connection/edge"
 	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/internal/conntest"
 	"github.com/fleetgraph/fleetgraph/internal/testcluster"
 )
 
@@ -415,4 +416,82 @@ func TestEdgeChurnDoesNotGrowDictionaries(t *testing.T) {
 			t.Errorf("objects(filter: %s): %s %v; want %s", c.filter, r.Data, r.Errors, c.want)
 		}
 	}
+}
+
+// TestRefusedEdgeClusterGrantsNothing: through the API, a push cluster
+// whose data the manager refuses over its quota grants nothing from its
+// RBAC rows, which may be outdated, while its fleet admins still see its
+// last known objects, stale (docs/security.md, "A refused cluster grants
+// nothing"). bob may list the cluster's ConfigMaps by a ClusterRoleBinding;
+// once the edge's delta of ten more ConfigMaps is refused (quota), bob sees
+// nothing of the cluster, and root (ops, a fleet admin) sees the one
+// ConfigMap the manager had, in a stale cluster.
+func TestRefusedEdgeClusterGrantsNothing(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens.csv")
+	if err := os.WriteFile(tokens, []byte("root-token,root,0,ops\nbob-token,bob,1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	users, err := authz.OpenTokenFile(tokens, authz.TokenFileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, url := runServer(t, fleetgraph.Config{
+		Authenticator: users, AdminGroups: []string{"ops"},
+		EdgeTokens: edge.NewStaticTokens(map[string]string{"tok-a": "edge-a"}),
+		Edge:       edge.HubOptions{Quotas: edge.Quotas{RowsPerCluster: 5}},
+	})
+	cmKind := index.Kind{Version: "v1", Kind: "ConfigMap", Resource: "configmaps", Namespaced: true}
+	roleKind := index.Kind{Group: index.RBACGroup, Version: "v1", Kind: index.KindClusterRole, Resource: "clusterroles"}
+	bindingKind := index.Kind{Group: index.RBACGroup, Version: "v1", Kind: index.KindClusterRoleBinding, Resource: "clusterrolebindings"}
+	cm := func(name string) index.Object {
+		return index.Object{Cluster: "edge-a", Namespace: "ns-0", Version: "v1", Kind: "ConfigMap", Resource: "configmaps", Name: name, Status: index.StatusHealthy}
+	}
+	a := dialRogue(t, url, "edge-a", "tok-a")
+	if m := a.snapshot([]edge.KindState{{Kind: cmKind, Synced: true}, {Kind: roleKind, Synced: true}, {Kind: bindingKind, Synced: true}}, []index.Object{
+		cm("cm-0"),
+		{Cluster: "edge-a", Group: index.RBACGroup, Version: "v1", Kind: index.KindClusterRole, Resource: "clusterroles", Name: "cm-lister", Policy: &index.Policy{
+			Rules: []index.PolicyRule{{Verbs: []string{"list"}, APIGroups: []string{""}, Resources: []string{"configmaps"}}},
+		}},
+		{Cluster: "edge-a", Group: index.RBACGroup, Version: "v1", Kind: index.KindClusterRoleBinding, Resource: "clusterrolebindings", Name: "bob", Policy: &index.Policy{
+			RoleRef:  index.RoleRef{APIGroup: index.RBACGroup, Kind: index.KindClusterRole, Name: "cm-lister"},
+			Subjects: []index.Subject{{Kind: "User", APIGroup: index.RBACGroup, Name: "bob"}},
+		}},
+	}); m.Type != edge.TypeAck {
+		t.Fatalf("the snapshot: %s %+v", m.Type, m.Reject)
+	}
+	const q = `{ objects(first: 100, filter: {clusters: ["edge-a"]}) { totalCount staleClusters edges { node { name } } } }`
+	sees := func(token string) string {
+		t.Helper()
+		r := query(t, url, token, q)
+		if len(r.Errors) > 0 {
+			t.Fatalf("%s's query: %v", token, r.Errors)
+		}
+		return string(r.Data)
+	}
+	const one = `{"objects":{"totalCount":1,"staleClusters":[],"edges":[{"node":{"name":"cm-0"}}]}}`
+	if got := sees("bob-token"); got != one {
+		t.Fatalf("bob, who may list the ConfigMaps, sees %s, want %s", got, one)
+	}
+
+	var flood []index.Object
+	for i := range 10 {
+		flood = append(flood, cm(fmt.Sprintf("flood-%d", i)))
+	}
+	a.send(&edge.Message{Type: edge.TypeDelta, Delta: &edge.Delta{Upserts: rawRows(t, flood)}})
+	if m := a.next(); m.Type != edge.TypeReject || m.Reject.Reason != edge.ReasonQuota {
+		t.Fatalf("the flood: %s %+v; want a quota reject", m.Type, m.Reject)
+	}
+	// The RBAC rows are withheld before the Reject is sent.
+	if got, want := sees("bob-token"), `{"objects":{"totalCount":0,"staleClusters":[],"edges":[]}}`; got != want {
+		t.Errorf("bob, after the refusal, sees %s, want %s", got, want)
+	}
+	// The cluster is marked stale once the session has ended, after the
+	// Reject.
+	const stale = `{"objects":{"totalCount":1,"staleClusters":["edge-a"],"edges":[{"node":{"name":"cm-0"}}]}}`
+	conntest.Eventually(t, 10*time.Second, "root, a fleet admin, sees the stale ConfigMap", func() error {
+		if got := sees("root-token"); got != stale {
+			return fmt.Errorf("root sees %s, want %s", got, stale)
+		}
+		return nil
+	})
 }
