@@ -122,8 +122,12 @@ func TestRefusedClusterGrantsNothing(t *testing.T) {
 	refusedFor := func(t *testing.T, a *Agent) {
 		t.Helper()
 		conntest.Eventually(t, 30*time.Second, "the edge refused over its quota", func() error {
-			if s := a.Stats(); s.LastReject == nil || s.LastReject.Reason != ReasonQuota {
-				return fmt.Errorf("last reject %v, want a %s one", s.LastReject, ReasonQuota)
+			last := a.Stats().LastReject
+			switch {
+			case last == nil:
+				return fmt.Errorf("not refused yet, want a %s reject", ReasonQuota)
+			case last.Reason != ReasonQuota:
+				return fmt.Errorf("last reject %s (%s), want a %s one", last.Reason, last.Message, ReasonQuota)
 			}
 			return nil
 		})
@@ -171,7 +175,7 @@ func TestRefusedClusterGrantsNothing(t *testing.T) {
 	})
 
 	t.Run("a snapshot", func(t *testing.T) {
-		a, stop := start(t, cms, false)
+		_, stop := start(t, cms, false)
 		expect(t, "the grants restored", false, "alice", "erin")
 		stop()
 		h.waitReleased(t, cluster)
@@ -180,7 +184,7 @@ func TestRefusedClusterGrantsNothing(t *testing.T) {
 		if err := granting("alice", "erin"); err != nil {
 			t.Fatalf("after a disconnect: %v", err)
 		}
-		a, stop = start(t, flood, true)
+		a, stop := start(t, flood, true)
 		defer stop()
 		refusedFor(t, a)
 		expect(t, "no grants after a refused first snapshot", true)
@@ -211,8 +215,11 @@ func TestWhichEndsWithholdPolicy(t *testing.T) {
 	rows := append(testRows(cluster, 2, "1"), policy...)
 	snapshot := &Message{Type: TypeSnapshot, Snapshot: &Snapshot{
 		ID: 1, Final: true, Full: true, Rows: rawRows(t, rows), Kinds: []KindState{
-			{Kind: testKind, Synced: true}, {Kind: clusterRoleKind, Synced: true}, {Kind: clusterRoleBindingKind, Synced: true},
-			{Kind: roleKind, Synced: true}, {Kind: roleBindingKind, Synced: true},
+			{Kind: testKind, Synced: true},
+			{Kind: clusterRoleKind, Synced: true},
+			{Kind: clusterRoleBindingKind, Synced: true},
+			{Kind: roleKind, Synced: true},
+			{Kind: roleBindingKind, Synced: true},
 		},
 	}}
 	other := testRows("edge-b", 1, "1")
