@@ -40,17 +40,22 @@ func (s *Store) replace(ctx context.Context, at int64, cluster string, kind Kind
 			return fmt.Errorf("%w: %s: Replace(%s, %s) got a row of another cluster or kind",
 				ErrInvalidRow, o.Key(), cluster, kind.GroupKind())
 		}
-		if err := ValidateRow(o); err != nil {
+		if err := s.validateRow(o); err != nil {
 			return fmt.Errorf("index: replace %s in %s: %w", kind.GroupKind(), cluster, err)
 		}
 	}
 	if cluster == "" || kind.Kind == "" {
 		return fmt.Errorf("%w: Replace needs a cluster and a kind", ErrInvalidRow)
 	}
+	policies, err := policyValues(rows)
+	if err != nil {
+		return fmt.Errorf("index: replace %s in %s: %w", kind.GroupKind(), cluster, err)
+	}
 	return s.write(at, func(w *writeTxn) error {
 		w.recordKind(cluster, kind, true, "")
 		if IsPolicyKind(kind.Group, kind.Kind) {
-			return w.replacePolicy(cluster, kind.Kind, rows)
+			w.replacePolicy(cluster, kind.Kind, policies)
+			return nil
 		}
 		w.replaceObjects(cluster, kind, rows)
 		return nil
@@ -77,23 +82,27 @@ func (s *Store) upsertBatch(ctx context.Context, at int64, rows []Object) error 
 		return fmt.Errorf("index: upsert: %w", err)
 	}
 	for i := range rows {
-		if err := ValidateRow(&rows[i]); err != nil {
+		if err := s.validateRow(&rows[i]); err != nil {
 			return fmt.Errorf("index: upsert: %w", err)
 		}
 	}
+	policies, err := policyValues(rows)
+	if err != nil {
+		return fmt.Errorf("index: upsert: %w", err)
+	}
 	s.writeGrouped(at, func(w *writeTxn) {
-		if !hasPolicyRows(rows) {
+		if len(policies) == 0 {
 			if _, ok := w.upsertBulk(rows, nil); ok {
 				return
 			}
 		}
+		for _, pw := range policies {
+			w.putPolicy(pw)
+		}
 		for i := range rows {
-			o := &rows[i]
-			if IsPolicyKind(o.Group, o.Kind) {
-				must(w.upsertPolicy(o)) // cannot fail: validated above
-				continue
+			if o := &rows[i]; !IsPolicyKind(o.Group, o.Kind) {
+				w.upsertObject(o)
 			}
-			w.upsertObject(o)
 		}
 	})
 	return nil
@@ -117,16 +126,6 @@ func (s *Store) Delete(ctx context.Context, key Key) error {
 		}
 	})
 	return nil
-}
-
-// hasPolicyRows reports whether any row is an RBAC policy row.
-func hasPolicyRows(rows []Object) bool {
-	for i := range rows {
-		if IsPolicyKind(rows[i].Group, rows[i].Kind) {
-			return true
-		}
-	}
-	return false
 }
 
 // upsertObject writes o unless the stored row has the same content.

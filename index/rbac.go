@@ -40,38 +40,72 @@ func checkPolicyScope(o *Object) error {
 	return nil
 }
 
-// policyValue converts a policy row into the stored *Role or *Binding.
-func policyValue(o *Object) (any, error) {
+// policyWrite is one policy row converted for its RBAC table: the stored
+// *Role or *Binding and the table that holds it.
+type policyWrite struct {
+	table string
+	value any // *Role or *Binding
+}
+
+// policyValue converts a policy row into the stored *Role or *Binding. It
+// is the write paths' own check of a policy row, whatever the caller
+// validated: a row the RBAC tables cannot hold is an ErrInvalidRow here,
+// before the write takes the lock.
+func policyValue(o *Object) (policyWrite, error) {
 	if err := checkPolicyScope(o); err != nil {
-		return nil, err
+		return policyWrite{}, err
 	}
 	p := o.Policy
 	if p == nil {
 		p = &Policy{}
 	}
+	table := policyTable(o.Kind)
 	switch o.Kind {
 	case KindRole, KindClusterRole:
-		return &Role{Cluster: o.Cluster, Namespace: o.Namespace, Name: o.Name, Rules: p.Rules}, nil
+		return policyWrite{table, &Role{Cluster: o.Cluster, Namespace: o.Namespace, Name: o.Name, Rules: p.Rules}}, nil
 	default:
-		return &Binding{Cluster: o.Cluster, Namespace: o.Namespace, Name: o.Name, RoleRef: p.RoleRef, Subjects: p.Subjects}, nil
+		return policyWrite{table, &Binding{Cluster: o.Cluster, Namespace: o.Namespace, Name: o.Name, RoleRef: p.RoleRef, Subjects: p.Subjects}}, nil
 	}
 }
 
-// putPolicy stores a policy row unless an equal one is stored.
-func (w *writeTxn) putPolicy(o *Object) error {
-	v, err := policyValue(o)
-	if err != nil {
-		return err
+// policyValues converts the policy rows of rows (other rows are skipped),
+// in order. Writes call it before they take the lock, so that a policy row
+// the tables cannot hold refuses the whole write (the finding of
+// TestWriteRefusesWhatValidateRowLetThrough) instead of failing half way
+// through it, where objIndex, which is not transactional, may already
+// have changed.
+func policyValues(rows []Object) ([]policyWrite, error) {
+	var out []policyWrite
+	for i := range rows {
+		if !IsPolicyKind(rows[i].Group, rows[i].Kind) {
+			continue
+		}
+		pw, err := policyValue(&rows[i])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, pw)
 	}
-	table := policyTable(o.Kind)
-	old, err := w.mem().First(table, indexID, memKey(policyKey(o.Key())))
+	return out, nil
+}
+
+// putPolicy stores a converted policy row unless an equal one is stored.
+func (w *writeTxn) putPolicy(pw policyWrite) {
+	old, err := w.mem().First(pw.table, indexID, memKey(policyRowKey(pw.value)))
 	must(err)
-	if old != nil && samePolicy(old, v) {
-		return nil
+	if old != nil && samePolicy(old, pw.value) {
+		return
 	}
-	must(w.mem().Insert(table, v))
-	w.policyChanged(o.Cluster)
-	return nil
+	must(w.mem().Insert(pw.table, pw.value))
+	w.policyChanged(policyCluster(pw.value))
+}
+
+// policyCluster returns the cluster of a stored *Role or *Binding.
+func policyCluster(raw any) string {
+	if r, ok := raw.(*Role); ok {
+		return r.Cluster
+	}
+	return raw.(*Binding).Cluster
 }
 
 // samePolicy reports whether two stored policy values (*Role or *Binding)
@@ -96,11 +130,6 @@ func sameRule(a, b PolicyRule) bool {
 		slices.Equal(a.ResourceNames, b.ResourceNames) && slices.Equal(a.NonResourceURLs, b.NonResourceURLs)
 }
 
-// upsertPolicy is Upsert of one policy row.
-func (w *writeTxn) upsertPolicy(o *Object) error {
-	return w.putPolicy(o)
-}
-
 // deletePolicy removes one policy row if stored.
 func (w *writeTxn) deletePolicy(k Key) {
 	table := policyTable(k.Kind)
@@ -114,20 +143,13 @@ func (w *writeTxn) deletePolicy(k Key) {
 }
 
 // replacePolicy makes the policy rows of one kind in one cluster equal to
-// rows. Rows are validated before anything is written.
-func (w *writeTxn) replacePolicy(cluster, kind string, rows []Object) error {
-	for i := range rows {
-		if _, err := policyValue(&rows[i]); err != nil {
-			return err
-		}
-	}
+// rows, converted by policyValues before the write: it cannot fail.
+func (w *writeTxn) replacePolicy(cluster, kind string, rows []policyWrite) {
 	table := policyTable(kind)
 	keep := make(map[string]struct{}, len(rows))
-	for i := range rows {
-		keep[policyKey(rows[i].Key())] = struct{}{}
-		if err := w.putPolicy(&rows[i]); err != nil {
-			return err
-		}
+	for _, pw := range rows {
+		keep[policyRowKey(pw.value)] = struct{}{}
+		w.putPolicy(pw)
 	}
 	it, err := w.mem().Get(table, indexIDPrefix, memKey(compoundKey(cluster)))
 	must(err)
@@ -141,7 +163,6 @@ func (w *writeTxn) replacePolicy(cluster, kind string, rows []Object) error {
 		must(w.mem().Delete(table, raw))
 		w.policyChanged(cluster)
 	}
-	return nil
 }
 
 // policyRowKey returns the memdb key of a stored *Role or *Binding.

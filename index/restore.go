@@ -229,19 +229,26 @@ func (s *Store) RestoreCluster(ctx context.Context, snap ClusterSnapshot) error 
 			return fmt.Errorf("index: restore cluster %q: %w", name, err)
 		}
 	}
-	policies := map[string][]Object{}
+	var policies map[string][]policyWrite
 	for i := range snap.Rows {
 		o := &snap.Rows[i]
 		if o.Cluster != name {
 			return fmt.Errorf("%w: %s: restore of cluster %q got a row of another cluster", ErrInvalidRow, o.Key(), name)
 		}
-		if err := ValidateRow(o); err != nil {
+		if err := s.validateRow(o); err != nil {
 			return fmt.Errorf("index: restore cluster %q: %w", name, err)
 		}
 		if !IsPolicyKind(o.Group, o.Kind) {
 			continue
 		}
-		policies[o.Kind] = append(policies[o.Kind], *o)
+		pw, err := policyValue(o)
+		if err != nil {
+			return fmt.Errorf("index: restore cluster %q: %w", name, err)
+		}
+		if policies == nil {
+			policies = map[string][]policyWrite{}
+		}
+		policies[o.Kind] = append(policies[o.Kind], pw)
 	}
 	// The object rows are read, never written: without RBAC rows they
 	// are snap.Rows itself, which saves copying every row (about 300
@@ -275,7 +282,7 @@ func (s *Store) RestoreCluster(ctx context.Context, snap ClusterSnapshot) error 
 		}
 		w.setObjects(stale, objects, labels)
 		for _, kind := range []string{KindRole, KindClusterRole, KindRoleBinding, KindClusterRoleBinding} {
-			must(w.replacePolicy(name, kind, policies[kind])) // validated above
+			w.replacePolicy(name, kind, policies[kind])
 		}
 		w.restoreKinds(name, kinds)
 		w.restoreClusterRow(name, snap.Cluster)

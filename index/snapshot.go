@@ -38,6 +38,7 @@ func (s *Store) applySnapshot(ctx context.Context, at int64, cluster string, kin
 		return fmt.Errorf("%w: ApplySnapshot needs a cluster", ErrInvalidRow)
 	}
 	listed := make(map[groupKindName]bool, len(kinds))
+	policies := make([][]policyWrite, len(kinds))
 	for i := range kinds {
 		ks := &kinds[i]
 		gk := groupKindName{Group: ks.Kind.Group, Kind: ks.Kind.Kind}
@@ -56,9 +57,13 @@ func (s *Store) applySnapshot(ctx context.Context, at int64, cluster string, kin
 			if o.Cluster != cluster || o.Group != ks.Kind.Group || o.Kind != ks.Kind.Kind {
 				return fmt.Errorf("%w: %s: ApplySnapshot(%s) got it among the rows of %s", ErrInvalidRow, o.Key(), cluster, ks.Kind.GroupKind())
 			}
-			if err := ValidateRow(o); err != nil {
+			if err := s.validateRow(o); err != nil {
 				return fmt.Errorf("index: apply snapshot of %s: %w", cluster, err)
 			}
+		}
+		var err error
+		if policies[i], err = policyValues(ks.Rows); err != nil {
+			return fmt.Errorf("index: apply snapshot of %s: %w", cluster, err)
 		}
 	}
 	return s.write(at, func(w *writeTxn) error {
@@ -68,7 +73,7 @@ func (s *Store) applySnapshot(ctx context.Context, at int64, cluster string, kin
 			case ks.Synced:
 				w.recordKind(cluster, ks.Kind, true, "")
 				if IsPolicyKind(ks.Kind.Group, ks.Kind.Kind) {
-					must(w.replacePolicy(cluster, ks.Kind.Kind, ks.Rows)) // validated above
+					w.replacePolicy(cluster, ks.Kind.Kind, policies[i])
 				} else {
 					w.replaceObjects(cluster, ks.Kind, ks.Rows)
 				}
@@ -118,7 +123,7 @@ func (w *writeTxn) retireKinds(cluster string, keep map[groupKindName]bool) {
 	}
 	for gk := range gone {
 		if IsPolicyKind(gk.Group, gk.Kind) {
-			must(w.replacePolicy(cluster, gk.Kind, nil))
+			w.replacePolicy(cluster, gk.Kind, nil)
 		} else {
 			w.replaceObjects(cluster, Kind{Group: gk.Group, Kind: gk.Kind}, nil)
 		}

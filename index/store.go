@@ -29,6 +29,12 @@ import (
 type Store struct {
 	db    tables.DB // clusters, kinds, RBAC rows, revisions
 	clock func() time.Time
+	// validateRow is ValidateRow, the check every write holds its rows
+	// to before anything else. It is a field only so that a test can
+	// stand in a check that lets more through, as a ValidateRow that
+	// drifted from the write paths would: the writes must still refuse
+	// what they cannot hold, with an error and no change.
+	validateRow func(*Object) error
 
 	mu   sync.RWMutex // guards x, seq and objRev; held for writing across each commit
 	x    *objIndex
@@ -122,7 +128,7 @@ func New(open tables.Open, opts ...Option) *Store {
 	if err != nil {
 		panic(fmt.Sprintf("index: creating the tables: %v", err))
 	}
-	s := &Store{db: db, clock: o.clock, x: newObjIndex(), objRev: map[string]uint64{}, objWatch: map[string]chan struct{}{}}
+	s := &Store{db: db, clock: o.clock, validateRow: ValidateRow, x: newObjIndex(), objRev: map[string]uint64{}, objWatch: map[string]chan struct{}{}}
 	s.feed = newFeed(s, o.replayBuffer)
 	s.fan = newFanout(s)
 	return s
