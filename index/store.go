@@ -373,10 +373,13 @@ func (w *writeTxn) policyChanged(cluster string) {
 	w.policy[cluster] = struct{}{}
 }
 
-// must panics on a memdb error that can only come from a programming
-// error (an unknown table or a key the schema cannot index). Writes
-// validate their input first, and a failure half way through a write would
-// leave objIndex out of step with memdb, so there is no safe way to go on.
+// must panics on a memdb error, which can only come from a programming
+// error: an unknown table or index, or a value of the wrong type for its
+// table (keyedTable). No row's content can cause one: a key is any string,
+// and what a row must be to be stored is checked, and the row converted,
+// before a write takes the lock (ValidateRow, policyValues,
+// LabelTable.validate). A failure half way through a write would leave
+// objIndex out of step with memdb, so there is no safe way to go on.
 func must(err error) {
 	if err != nil {
 		panic(fmt.Sprintf("index: memdb: %v", err))
