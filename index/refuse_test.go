@@ -20,11 +20,15 @@ func TestWriteRefusesWhatValidateRowLetThrough(t *testing.T) {
 	const cluster = "c"
 	clusterRoleKind := Kind{Group: RBACGroup, Version: "v1", Kind: KindClusterRole, Resource: "clusterroles"}
 	roleKind := Kind{Group: RBACGroup, Version: "v1", Kind: KindRole, Resource: "roles", Namespaced: true}
-	bad := Object{Cluster: cluster, Group: RBACGroup, Version: "v1", Kind: KindClusterRole, Resource: "clusterroles", Namespace: "ns", Name: "evil",
-		Policy: &Policy{Rules: []PolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}}}}}
+	bad := Object{
+		Cluster: cluster, Group: RBACGroup, Version: "v1", Kind: KindClusterRole, Resource: "clusterroles", Namespace: "ns", Name: "evil",
+		Policy: &Policy{Rules: []PolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}}}},
+	}
 	badRole := Object{Cluster: cluster, Group: RBACGroup, Version: "v1", Kind: KindRole, Resource: "roles", Name: "evil"}
-	goodRole := Object{Cluster: cluster, Group: RBACGroup, Version: "v1", Kind: KindRole, Resource: "roles", Namespace: "ns", Name: "reader",
-		Policy: &Policy{Rules: []PolicyRule{{Verbs: []string{"get"}, Resources: []string{"pods"}}}}}
+	goodRole := Object{
+		Cluster: cluster, Group: RBACGroup, Version: "v1", Kind: KindRole, Resource: "roles", Namespace: "ns", Name: "reader",
+		Policy: &Policy{Rules: []PolicyRule{{Verbs: []string{"get"}, Resources: []string{"pods"}}}},
+	}
 	newPod := pod(cluster, "ns", "new", StatusHealthy, map[string]string{"app": "new"})
 
 	for _, tc := range []struct {
