@@ -209,7 +209,7 @@ func (a *Agent) noteOverQuota(row *index.Object, over *rowOverQuota) {
 		a.overQuotaLogged = map[overQuotaProblem]bool{}
 	}
 	a.overQuotaLogged[p] = true
-	a.log.Error("a row over the manager's per-row quota is not sent; the manager does not show it (logged once per kind and quota, counted in AgentStats.OverQuota)",
+	a.log.Error("a row over the manager's per-row quota is not sent; the manager shows a placeholder of it, not synced (an RBAC row: drops it) (logged once per kind and quota, counted in AgentStats.OverQuota)",
 		"group", row.Group, "kind", row.Kind, "quota", over.quota, "err", over.reject.Message)
 }
 
@@ -249,13 +249,15 @@ type AgentStats struct {
 	Messages, Bytes        uint64 // sent, before compression
 	Snapshots, Parts, Rows uint64 // snapshots sent, their parts, rows in them
 	Coalesced, Overflows   uint64 // changes merged in the buffer; buffer overflows
-	TooBig                 uint64 // rows dropped because no message could carry them
+	TooBig                 uint64 // rows not sent because no message could carry them
 	// OverQuota counts rows not sent because they are over one of the
 	// manager's per-row quotas (Welcome.MaxLabelsPerRow, MaxStringBytes)
 	// or the index's rules (index.ValidateRow), or do not encode: sent,
 	// they would end the session. A row is counted each time it is not
-	// sent (each resync), and logged once per kind and quota. A delta
-	// sends a delete of its key instead, as for a row TooBig counts.
+	// sent (each resync), and logged once per kind and quota. The edge
+	// sends a placeholder of the object instead (status Unknown, not
+	// synced), as for a row TooBig counts; for an RBAC row, a delta sends
+	// a delete of its key and a snapshot omits it.
 	OverQuota uint64
 	// DeltasInSnapshot counts deltas sent between the parts of a
 	// snapshot (FeatureDeltasInSnapshot).

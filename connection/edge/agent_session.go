@@ -413,7 +413,8 @@ func (s *agentSession) sendSnapshot(ctx context.Context, kind snapshotKind, kind
 		return err
 	}
 	for i := range rows {
-		// A row left out is dropped by the manager at the commit: the
+		// A row held back goes as its placeholder (encodeRow); one left
+		// out (an RBAC row) is dropped by the manager at the commit: the
 		// snapshot replaces every kind it syncs (a full or a kind one).
 		raw := s.encodeRow(&rows[i], s.maxMsg-budget0)
 		if raw == nil {
@@ -483,10 +484,12 @@ func kindsSize(kinds []KindState, md map[string]string) int {
 }
 
 // sendDelta sends changes, split over messages as the limit needs. Kind
-// errors go with the first message. A row the edge does not send
-// (encodeRow: over one of the manager's per-row quotas or the index's
-// rules, not encodable, or too large for any message) is sent as a delete
-// of its key instead (leftOutDelete): the manager must not keep its older
+// errors go with the first message. A row the edge holds back (encodeRow:
+// over one of the manager's per-row quotas or the index's rules, not
+// encodable, or too large for any message) goes as its placeholder, so
+// the object stays visible, not synced (review-s11 D1); one with no
+// placeholder (an RBAC row, or a key over a quota) is sent as a delete of
+// its key instead (leftOutDelete): the manager must not keep its older
 // state, which for an RBAC row could grant what the cluster no longer does
 // (review-s10-edge M-E1); a snapshot omits it the same way. A delete of a
 // key the index refuses is not sent: the manager holds no row of it, and
@@ -552,8 +555,10 @@ func (s *agentSession) sendDelta(ctx context.Context, ups []index.Object, dels [
 	return flush()
 }
 
-// encodeRow returns row as a snapshot or delta carries it, or nil when the
-// edge does not send it, with room bytes for it in a message:
+// encodeRow returns row as a snapshot or delta carries it, with room
+// bytes for it in a message; or, when the edge holds the row back, the
+// placeholder it sends instead (placeholder), or nil when it sends none.
+// The edge holds a row back when it is
 //   - over one of the manager's per-row quotas, or against a rule of the
 //     index (Quotas.checkRow, the manager's own check): sent, it would end
 //     the session, and every session after it, so one object would keep
@@ -567,31 +572,100 @@ func (s *agentSession) sendDelta(ctx context.Context, ups []index.Object, dels [
 //
 // No row is cut to fit: a cut RBAC subject or rule string could grant
 // access to someone else, and any other cut row would show the manager a
-// state the object never had. A caller that leaves a row out of a delta
-// sends a delete of its key (leftOutDelete); a snapshot drops it by
+// state the object never had. A caller that gets nil sends a delete of
+// the row's key in a delta (leftOutDelete); a snapshot drops it by
 // omission.
 func (s *agentSession) encodeRow(row *index.Object, room int) []byte {
-	if _, over := s.quotas.checkRow(row); over != nil {
-		s.a.noteOverQuota(row, over)
-		return nil
+	raw, over := encodeWithin(&s.quotas, row, room)
+	if over == nil {
+		return raw
 	}
-	raw, err := json.Marshal(row)
-	if err != nil {
-		s.a.noteOverQuota(row, &rowOverQuota{quota: "encoding", reject: rejectf(ReasonMalformed, "row %s does not encode: %v", row.Key(), err)})
-		return nil
-	}
-	if len(raw)+1 > room {
+	if over.quota == quotaMessageSize {
 		s.a.stats.tooBig.Add(1)
-		s.a.log.Error("row too large for any message; not sent, and the manager drops its older state", "row", row.Key(), "bytes", len(raw))
+		s.a.log.Error("row too large for any message; not sent, the manager shows a placeholder of it (an RBAC row: drops it)", "row", row.Key(), "bytes", len(raw))
+	} else {
+		s.a.noteOverQuota(row, over)
+	}
+	p, ok := placeholder(row, over)
+	if !ok {
+		return nil
+	}
+	raw, over = encodeWithin(&s.quotas, &p, room)
+	if over != nil {
 		return nil
 	}
 	return raw
 }
 
+// The quotas of a rowOverQuota that are not per-row quotas of the
+// manager's: the index's rules (Quotas.checkRow), a row that does not
+// encode, and one too large for any message (encodeWithin).
+const (
+	quotaIndex       = "index"
+	quotaEncoding    = "encoding"
+	quotaMessageSize = "message size"
+)
+
+// encodeWithin returns row as JSON, or why the edge may not send it: over
+// a quota of q or against the index's rules, not encodable, or (with the
+// encoding, quota quotaMessageSize) over room bytes.
+func encodeWithin(q *Quotas, row *index.Object, room int) ([]byte, *rowOverQuota) {
+	if _, over := q.checkRow(row); over != nil {
+		return nil, over
+	}
+	raw, err := json.Marshal(row)
+	if err != nil {
+		return nil, &rowOverQuota{quota: quotaEncoding, reject: rejectf(ReasonMalformed, "row %s does not encode: %v", row.Key(), err)}
+	}
+	if len(raw)+1 > room {
+		return raw, &rowOverQuota{quota: quotaMessageSize, reject: rejectf(ReasonOversize, "row %s is %d bytes; a message has room for %d", row.Key(), len(raw), room-1)}
+	}
+	return raw, nil
+}
+
+// placeholder returns the row the edge sends in place of a row it holds
+// back (over says why), so that the object stays in the manager's
+// inventories and facets rather than vanishing (review-s11 D1: anyone who
+// may edit an object could hide it fleet-wide with a 20 KiB owner
+// reference): its key, kind, uid, times and resource version, status
+// Unknown with a message saying it is not synced and why, and no labels,
+// owners or summary, so none of the held-back content reaches the
+// manager. False for an RBAC row: a placeholder of a binding or role
+// would still be a policy row, so those fail closed (leftOutDelete) and
+// grant nothing. The caller holds the placeholder to the manager's checks
+// too (encodeWithin): a key over a string quota makes it fail as well.
+func placeholder(row *index.Object, over *rowOverQuota) (index.Object, bool) {
+	if index.IsPolicyKind(row.Group, row.Kind) {
+		return index.Object{}, false
+	}
+	return index.Object{
+		Cluster: row.Cluster, Namespace: row.Namespace, Group: row.Group, Version: row.Version,
+		Kind: row.Kind, Resource: row.Resource, Name: row.Name, UID: row.UID,
+		CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt, ResourceVersion: row.ResourceVersion,
+		Status: index.StatusUnknown, Message: notSynced(over.quota),
+	}, true
+}
+
+// notSynced is the message of a placeholder: why its object is not
+// synced, by the quota (or rule) the object's row is over.
+func notSynced(quota string) string {
+	switch quota {
+	case quotaIndex:
+		return "not synced: refused by the manager's index rules"
+	case quotaEncoding:
+		return "not synced: the object's row does not encode"
+	case quotaMessageSize:
+		return "not synced: too large for a message to the manager"
+	}
+	return "not synced: over the manager's quota for " + quota
+}
+
 // leftOutDelete returns the delete a delta sends for a row it leaves out
-// (encodeRow), so that the manager drops the row's older state whatever
-// kept the new one from being sent; and false when the index refuses the
-// key itself (ValidateKey), whose row the manager can never have held.
+// (encodeRow returned nil: an RBAC row, or one whose placeholder the
+// manager would refuse too), so that the manager drops the row's older
+// state whatever kept the new one from being sent; and false when the
+// index refuses the key itself (ValidateKey), whose row the manager can
+// never have held.
 func leftOutDelete(row *index.Object) (index.Key, bool) {
 	k := row.Key()
 	return k, index.ValidateKey(k) == nil

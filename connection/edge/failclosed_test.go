@@ -102,8 +102,10 @@ func runAgent(t *testing.T, opts AgentOptions) (*Agent, func()) {
 //     rule string over the quota: none of the three may read any more.
 //     Rows a broken edge holds that the index refuses (a RoleBinding with
 //     no namespace, a ConfigMap whose name holds a NUL) are not sent and
-//     cost no session; a ConfigMap whose row no longer encodes is deleted.
-//     erin's grant and the other ConfigMaps, untouched, stay.
+//     cost no session; a ConfigMap whose row no longer encodes stays as a
+//     placeholder, not synced (review-s11 D1; only RBAC rows fail closed
+//     by a delete). erin's grant and the other ConfigMaps, untouched,
+//     stay.
 //   - a snapshot: the grants are restored, the edge stops, the same
 //     revocations happen while it is away, and a new session of the same
 //     instance starts with a full snapshot that leaves the rows out: the
@@ -188,7 +190,7 @@ func TestLeftOutRowsFailClosed(t *testing.T) {
 	badSummary := testRows(cluster, 3, "2")[2]
 	badSummary.Summary = []byte(`{"x":`)
 
-	leftCMs := []string{"ConfigMap/default/cm-00000", "ConfigMap/default/cm-00001"}
+	leftCMs := []string{"ConfigMap/default/cm-00000", "ConfigMap/default/cm-00001", "ConfigMap/default/cm-00002"}
 	changed := append(append(revoked, refused...), badKey, badSummary)
 	upsert := func(a *Agent, rows []index.Object) {
 		for _, o := range rows {
@@ -219,8 +221,9 @@ func TestLeftOutRowsFailClosed(t *testing.T) {
 	}
 
 	// expectRevoked waits until the whole of changed is in: only erin
-	// may read, the manager has only the ConfigMaps of leftCMs, and the
-	// edge counted the rows it left out. The rows of changed may come in
+	// may read, the manager has only the ConfigMaps of leftCMs, the one
+	// of badSummary as a placeholder, and the edge counted the rows it
+	// left out. The rows of changed may come in
 	// more than one delta, so each part is waited for, not only the first;
 	// on timeout every part still wrong is named.
 	expectRevoked := func(t *testing.T, a *Agent, what string) {
@@ -232,6 +235,9 @@ func TestLeftOutRowsFailClosed(t *testing.T) {
 			}
 			if got := names(t, h.store, cluster); !slices.Equal(got, leftCMs) {
 				errs = append(errs, fmt.Errorf("the manager has the ConfigMaps %v, want %v", got, leftCMs))
+			}
+			if o, ok := h.store.Get(badSummary.Key()); !ok || o.Status != index.StatusUnknown || len(o.Summary) != 0 {
+				errs = append(errs, fmt.Errorf("the ConfigMap whose row does not encode: %+v, want a placeholder", o))
 			}
 			if s := a.Stats(); s.TooBig != 2 || s.OverQuota != 4 {
 				errs = append(errs, fmt.Errorf("%d rows too big, %d over a quota or the index's rules; want 2, 4", s.TooBig, s.OverQuota))

@@ -91,7 +91,7 @@ func (q *Quotas) checkRow(o *index.Object) (cost int, over *rowOverQuota) {
 	if err := index.ValidateRow(o); err != nil {
 		// The index would refuse it (its key, or an RBAC row namespaced
 		// against its kind), ending the session with invalid.
-		return 0, &rowOverQuota{quota: "index", reject: rejectf(ReasonInvalid, "%v", err)}
+		return 0, &rowOverQuota{quota: quotaIndex, reject: rejectf(ReasonInvalid, "%v", err)}
 	}
 	if o.Labels.Len() > q.LabelsPerRow {
 		return 0, &rowOverQuota{quota: "labels", reject: quotaf("row %s has %d labels; at most %d are allowed", o.Key(), o.Labels.Len(), q.LabelsPerRow)}
@@ -104,7 +104,9 @@ func (q *Quotas) checkRow(o *index.Object) (cost int, over *rowOverQuota) {
 }
 
 // rowOverQuota is a row over a per-row quota: which quota (labels, or the
-// string: "name", "an owner reference", "a subject", ...), so that an edge
+// string: "name", "an owner reference", "a subject", ...; or quotaIndex,
+// quotaEncoding, quotaMessageSize for the other reasons an edge holds a
+// row back, encodeWithin), so that an edge
 // counts and logs each kind of problem once rather than once per row per
 // resync, and the reject a manager ends the session with. It is not an
 // error, so that a nil one never becomes a non-nil error.

@@ -73,7 +73,8 @@ func TestJSONLen(t *testing.T) {
 // and the cluster never synced. A real agent, over a real websocket, with
 // a ConfigMap whose owner reference names 20 KiB and a RoleBinding whose
 // subject does, among rows that fit: the cluster syncs with every other
-// row and without those two, no session is refused, and the agent counts
+// row, the ConfigMap as a placeholder (not synced, review-s11 D1) and
+// without the RoleBinding, no session is refused, and the agent counts
 // them. Then a RoleBinding that fit changes to one over the quota: the
 // manager drops it (the edge sends a delete of its key, so the manager
 // does not keep granting what the binding no longer says). The second
@@ -97,14 +98,15 @@ func TestRowsOverAQuotaAreLeftOut(t *testing.T) {
 			// the default string quota: RBAC names have no length limit.
 			longKey := strings.Repeat("k", 5<<10)
 			configMaps := testRows(cluster, 50, "1")
-			var want []string
-			for _, o := range configMaps {
-				want = append(want, "ConfigMap/default/"+o.Name)
-			}
 			owned := testRows(cluster, 1, "1")[0]
 			owned.Name, owned.UID = "owned-by-a-long-name", "uid-owned"
 			owned.OwnerRefs = []index.OwnerRef{{Kind: "Widget", Name: long}}
 			configMaps = append(configMaps, owned)
+			var want []string
+			for _, o := range configMaps {
+				want = append(want, "ConfigMap/default/"+o.Name)
+			}
+			slices.Sort(want)
 
 			bindingKind := index.Kind{Group: index.RBACGroup, Version: "v1", Kind: index.KindRoleBinding, Resource: "rolebindings", Namespaced: true}
 			binding := func(name, user string) index.Object {
@@ -157,6 +159,9 @@ func TestRowsOverAQuotaAreLeftOut(t *testing.T) {
 				}
 				return nil
 			})
+			if o, ok := h.store.Get(owned.Key()); !ok || o.Status != index.StatusUnknown || len(o.OwnerRefs) != 0 {
+				t.Errorf("the ConfigMap over the quota: %+v, want a placeholder", o)
+			}
 			if s := a.Stats(); s.OverQuota != 3 || s.TooBig != 0 {
 				t.Errorf("the agent counts %d rows over a quota and %d too big, want 3 and 0", s.OverQuota, s.TooBig)
 			}
