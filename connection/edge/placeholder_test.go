@@ -262,51 +262,36 @@ func TestPlaceholder(t *testing.T) {
 	q.setDefaults()
 	long := strings.Repeat("a", 65)
 	const room = 1 << 10
+	// cm is a ConfigMap's row as mut changes it.
+	cm := func(mut func(o *index.Object)) index.Object {
+		o := testRows("c", 1, "1")[0]
+		mut(&o)
+		return o
+	}
+	tooLarge := func(o *index.Object) { // every string under the quota, over 1 KiB in all
+		o.UID = strings.Repeat("u", 60)
+		o.Labels = index.LabelsOf(map[string]string{strings.Repeat("k", 60): strings.Repeat("v", 60)})
+		o.OwnerRefs = slices.Repeat([]index.OwnerRef{{Kind: "Widget", Name: strings.Repeat("w", 60)}}, 20)
+	}
 	for _, tc := range []struct {
 		name  string
-		row   func() index.Object
+		row   index.Object
 		quota string // the quota the row is over
 		msg   string // the placeholder's message; "" for none
 	}{
-		{name: "an owner reference", quota: "an owner reference", msg: "not synced: over the manager's quota for an owner reference",
-			row: func() index.Object {
-				o := testRows("c", 1, "1")[0]
-				o.OwnerRefs = []index.OwnerRef{{Kind: "Widget", Name: long}}
-				return o
-			}},
-		{name: "labels", quota: "labels", msg: "not synced: over the manager's quota for labels",
-			row: func() index.Object {
-				o := testRows("c", 1, "1")[0]
-				o.Labels = withLabel(o.Labels, "x", "y")
-				return o
-			}},
-		{name: "the message", quota: "message", msg: "not synced: over the manager's quota for message",
-			row: func() index.Object { o := testRows("c", 1, "1")[0]; o.Message = long; return o }},
-		{name: "a summary that does not encode", quota: quotaEncoding, msg: "not synced: the object's row does not encode",
-			row: func() index.Object { o := testRows("c", 1, "1")[0]; o.Summary = []byte(`{"x":`); return o }},
-		{name: "too large for a message", quota: quotaMessageSize, msg: "not synced: too large for a message to the manager",
-			row: func() index.Object {
-				o := testRows("c", 1, "1")[0]
-				o.Summary = []byte(`"` + strings.Repeat("s", 60) + `"`)
-				o.UID = strings.Repeat("u", 60)
-				o.Labels = index.LabelsOf(map[string]string{strings.Repeat("k", 60): strings.Repeat("v", 60)})
-				o.OwnerRefs = slices.Repeat([]index.OwnerRef{{Kind: "Widget", Name: strings.Repeat("w", 60)}}, 20)
-				return o
-			}},
+		{name: "an owner reference", row: cm(func(o *index.Object) { o.OwnerRefs = []index.OwnerRef{{Kind: "Widget", Name: long}} }), quota: "an owner reference", msg: "not synced: over the manager's quota for an owner reference"},
+		{name: "labels", row: cm(func(o *index.Object) { o.Labels = withLabel(o.Labels, "x", "y") }), quota: "labels", msg: "not synced: over the manager's quota for labels"},
+		{name: "the message", row: cm(func(o *index.Object) { o.Message = long }), quota: "message", msg: "not synced: over the manager's quota for message"},
+		{name: "a summary that does not encode", row: cm(func(o *index.Object) { o.Summary = []byte(`{"x":`) }), quota: quotaEncoding, msg: "not synced: the object's row does not encode"},
+		{name: "too large for a message", row: cm(tooLarge), quota: quotaMessageSize, msg: "not synced: too large for a message to the manager"},
 		// No placeholder: RBAC rows, and keys over a quota or refused.
-		{name: "a RoleBinding's subject", quota: "a subject",
-			row: func() index.Object {
-				return rbacRow("c", roleBindingKind, "default", "b", boundTo(index.KindClusterRole, "view", long))
-			}},
-		{name: "a ClusterRole's rule", quota: "a policy rule entry",
-			row: func() index.Object { return rbacRow("c", clusterRoleKind, "", "r", rules(long, "pods")) }},
-		{name: "the name", quota: "name",
-			row: func() index.Object { o := testRows("c", 1, "1")[0]; o.Name = long; return o }},
-		{name: "a NUL in the name", quota: quotaIndex,
-			row: func() index.Object { o := testRows("c", 1, "1")[0]; o.Name = "a\x00b"; return o }},
+		{name: "a RoleBinding's subject", row: rbacRow("c", roleBindingKind, "default", "b", boundTo(index.KindClusterRole, "view", long)), quota: "a subject"},
+		{name: "a ClusterRole's rule", row: rbacRow("c", clusterRoleKind, "", "r", rules(long, "pods")), quota: "a policy rule entry"},
+		{name: "the name", row: cm(func(o *index.Object) { o.Name = long }), quota: "name"},
+		{name: "a NUL in the name", row: cm(func(o *index.Object) { o.Name = "a\x00b" }), quota: quotaIndex},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			row := tc.row()
+			row := tc.row
 			raw, over := encodeWithin(&q, &row, room)
 			if over == nil || over.quota != tc.quota {
 				t.Fatalf("the row is over %+v, want the quota %q", over, tc.quota)
