@@ -88,6 +88,48 @@ func runAgent(t *testing.T, opts AgentOptions) (*Agent, func()) {
 	return a, stop
 }
 
+// mayGet returns a function that asks the real RBAC authorizer, over the
+// manager's index, whether the user name may get resource in namespace
+// default of cluster. The authorizer's error names the rules it could not
+// read (a binding to a role the index does not have), which deny, as in
+// Kubernetes: only the decision counts here.
+func mayGet(t *testing.T, h *hubHarness, cluster string) func(name, resource string) bool {
+	az := authz.NewAuthorizer(h.store, authz.Options{})
+	return func(name, resource string) bool {
+		d, _ := az.Authorize(t.Context(), cluster, authz.NewIdentity(&user.DefaultInfo{Name: name}), authz.Attributes{
+			Verb: "get", Namespace: "default", Resource: resource, Name: "x", ResourceRequest: true,
+		})
+		return d.Allowed
+	}
+}
+
+// runAgentWith starts an agent of cluster as instance that holds rows (by
+// kind) and then changes before its first snapshot, with no periodic
+// resync (none counts the rows it holds back again), and returns it with
+// a stop that waits for it.
+func runAgentWith(t *testing.T, h *hubHarness, cluster, instance string, rows map[index.Kind][]index.Object, changes []index.Object) (*Agent, func()) {
+	t.Helper()
+	never := time.Hour
+	a, stop := runAgent(t, AgentOptions{
+		Manager: h.url, Cluster: cluster, Instance: instance,
+		Resync: ResyncOptions{Interval: never, Min: never, Max: never},
+	})
+	var kinds []index.Kind
+	for kind, rs := range rows {
+		if err := a.buf.Replace(t.Context(), cluster, kind, rs); err != nil {
+			t.Fatal(err)
+		}
+		kinds = append(kinds, kind)
+	}
+	for _, o := range changes {
+		if err := a.buf.Upsert(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.buf.expect(kinds)
+	return a, stop
+}
+
 // TestLeftOutRowsFailClosed: a row the edge does not send never leaves
 // the manager with its older state, and for RBAC never with a grant the
 // cluster revoked (review-s10-edge M-E1). The manager reads 64 KiB
@@ -116,17 +158,7 @@ func TestLeftOutRowsFailClosed(t *testing.T) {
 	const cluster, instance = "edge-b", "edge-b-1"
 	ctx := t.Context()
 	h := newHubHarness(t, HubOptions{MaxMessageBytes: 64 << 10})
-	az := authz.NewAuthorizer(h.store, authz.Options{})
-	// may asks the authorizer whether name may get resource in default.
-	// Its error names the rules it could not read (a binding to a role
-	// the index does not have), which deny, as in Kubernetes: only the
-	// decision counts here.
-	may := func(name, resource string) bool {
-		d, _ := az.Authorize(ctx, cluster, authz.NewIdentity(&user.DefaultInfo{Name: name}), authz.Attributes{
-			Verb: "get", Namespace: "default", Resource: resource, Name: "x", ResourceRequest: true,
-		})
-		return d.Allowed
-	}
+	may := mayGet(t, h, cluster)
 	type grant struct {
 		user, resource string
 	}
@@ -199,25 +231,11 @@ func TestLeftOutRowsFailClosed(t *testing.T) {
 			}
 		}
 	}
+	granted[testKind] = testRows(cluster, 3, "1")
 	// start starts the edge with the granted rows, then those of changes,
 	// before its first snapshot.
 	start := func(changes []index.Object) (*Agent, func()) {
-		never := time.Hour // no resync counts the rows left out again
-		a, stop := runAgent(t, AgentOptions{
-			Manager: h.url, Cluster: cluster, Instance: instance,
-			Resync: ResyncOptions{Interval: never, Min: never, Max: never},
-		})
-		if err := a.buf.Replace(ctx, cluster, testKind, testRows(cluster, 3, "1")); err != nil {
-			t.Fatal(err)
-		}
-		for kind, rows := range granted {
-			if err := a.buf.Replace(ctx, cluster, kind, rows); err != nil {
-				t.Fatal(err)
-			}
-		}
-		upsert(a, changes)
-		a.buf.expect([]index.Kind{testKind, clusterRoleKind, clusterRoleBindingKind, roleKind, roleBindingKind})
-		return a, stop
+		return runAgentWith(t, h, cluster, instance, granted, changes)
 	}
 
 	// expectRevoked waits until the whole of changed is in: only erin

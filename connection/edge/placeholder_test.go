@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apiserver/pkg/authentication/user"
-
-	"github.com/fleetgraph/fleetgraph/authz"
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/internal/conntest"
 )
@@ -39,13 +36,8 @@ func TestHeldBackObjectsArePlaceholders(t *testing.T) {
 	const cluster, instance = "edge-d", "edge-d-1"
 	ctx := t.Context()
 	h := newHubHarness(t, HubOptions{MaxMessageBytes: 64 << 10})
-	az := authz.NewAuthorizer(h.store, authz.Options{})
-	may := func(name string) bool {
-		d, _ := az.Authorize(ctx, cluster, authz.NewIdentity(&user.DefaultInfo{Name: name}), authz.Attributes{
-			Verb: "get", Namespace: "default", Resource: "configmaps", Name: "x", ResourceRequest: true,
-		})
-		return d.Allowed
-	}
+	mayGetIt := mayGet(t, h, cluster)
+	may := func(name string) bool { return mayGetIt(name, "configmaps") }
 	deployKind := index.Kind{Group: "apps", Version: "v1", Kind: "Deployment", Resource: "deployments", Namespaced: true}
 	deploy := func(rv string, owner string) index.Object {
 		o := index.Object{
@@ -89,25 +81,7 @@ func TestHeldBackObjectsArePlaceholders(t *testing.T) {
 	}
 
 	start := func(changes []index.Object) (*Agent, func()) {
-		never := time.Hour // no resync counts the rows again
-		a, stop := runAgent(t, AgentOptions{
-			Manager: h.url, Cluster: cluster, Instance: instance,
-			Resync: ResyncOptions{Interval: never, Min: never, Max: never},
-		})
-		var kinds []index.Kind
-		for kind, rows := range good {
-			if err := a.buf.Replace(ctx, cluster, kind, rows); err != nil {
-				t.Fatal(err)
-			}
-			kinds = append(kinds, kind)
-		}
-		for _, o := range changes {
-			if err := a.buf.Upsert(ctx, o); err != nil {
-				t.Fatal(err)
-			}
-		}
-		a.buf.expect(kinds)
-		return a, stop
+		return runAgentWith(t, h, cluster, instance, good, changes)
 	}
 	refused := func(t *testing.T, a *Agent) {
 		t.Helper()
