@@ -14,10 +14,14 @@
 //
 // The edge sends no row the manager would refuse (over a per-row quota,
 // against the index's rules, not encodable, too large for any message):
-// one object costs only itself, not its cluster's sync. Such a row fails
-// closed: a snapshot omits it, which drops its older state at the
-// manager's commit, and a delta sends a delete of its key, so the manager
-// never keeps an older state, nor for RBAC a grant the cluster revoked.
+// one object costs only itself, not its cluster's sync. In its place it
+// sends a placeholder (the key and kind, status Unknown, a message "not
+// synced: ..." saying why, no labels, owners or summary), so the object
+// stays in inventories and facets and its older state is gone. An RBAC
+// row fails closed instead: a snapshot omits it, which drops its older
+// state at the manager's commit, and a delta sends a delete of its key, so
+// the manager never keeps a grant the cluster revoked; so does a row whose
+// placeholder the manager would refuse too (a key over a quota).
 // A session the Hub ends over the data its edge sent (refusesData: the
 // next session would be refused the same way, so later revocations would
 // never arrive) first withholds the cluster's RBAC rows
