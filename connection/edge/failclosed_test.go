@@ -289,8 +289,18 @@ func TestLeftOutRowsFailClosed(t *testing.T) {
 		a, stop = start(changed)
 		defer stop()
 		expectRevoked(t, a, "the grants revoked by the first snapshot")
-		if s := a.Stats(); s.Sessions != 1 || s.Snapshots == 0 {
-			t.Errorf("%d sessions, %d snapshots; want 1, some", s.Sessions, s.Snapshots)
+		// The agent counts a snapshot once the write of its final part
+		// has returned, which may be after the manager committed it and
+		// expectRevoked saw the commit: wait for the count, do not read
+		// it once.
+		conntest.Eventually(t, 30*time.Second, "the agent counted its snapshot", func() error {
+			if s := a.Stats(); s.Snapshots == 0 {
+				return errors.New("no snapshot counted yet")
+			}
+			return nil
+		})
+		if s := a.Stats(); s.Sessions != 1 {
+			t.Errorf("%d sessions, want 1", s.Sessions)
 		}
 	})
 }
