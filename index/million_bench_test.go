@@ -202,8 +202,9 @@ const (
 // With stopGC it collects and then stops the garbage collector until
 // then: at 1M objects a collection marks about a gigabyte, and one in the
 // timed loop (the loop allocates a few GB in a few seconds) costs its
-// reads the collector's CPU and caches, where compare's thousand queries
-// run between collections. With the collector on (keepGC), cpu-ns/op
+// reads the collector's CPU and caches: stopGC measures the query alone.
+// compare's queries do run across collections (each workload runs for at
+// least a second), as a server's do. With the collector on (keepGC), cpu-ns/op
 // leaves out the marking it does on other threads (see threadCPU): read
 // it beside B/op, as a change that allocates more looks cheaper than it
 // is.

@@ -173,14 +173,21 @@ func keyString(cluster, group, kind, namespace, name string) string {
 	return cluster + "/" + group + "/" + kind + "/" + namespace + "/" + name
 }
 
-// workload is one timed query; run takes the iteration number, so that
-// every store answers the same sequence of requests.
+// workload is one timed query. Its requests are numbered, so that every
+// store answers the same sequence of them, however many it makes.
 type workload struct {
 	name string
 	desc string
-	run  func(ctx context.Context, p peer, i int) (int, error) // result size
-	// want checks a store's answer to request i against fleetgraph's.
+	// request returns request i, built off the clock: the call to time,
+	// which returns the result's size.
+	request func(i int) func(ctx context.Context, p peer) (int, error)
+	// check checks a store's answer to request i against fleetgraph's.
 	check func(ctx context.Context, p, ref peer, i int) error
+}
+
+// run runs request i on p, building it first.
+func (w workload) run(ctx context.Context, p peer, i int) (int, error) {
+	return w.request(i)(ctx, p)
 }
 
 // compareOptions are the flags of fleetbench compare.
@@ -575,23 +582,23 @@ func compareSize(ctx context.Context, o compareOptions, n int) (*sizeResult, err
 
 // workloads returns Q1..Q6 over fleet f.
 func workloads(f indextest.Fleet, q6a, q6b *scope) []workload {
-	// Q1 and Q2 look up the objects of 4,096 random keys, the same
-	// sequence for every store.
-	rnd := rand.New(rand.NewPCG(1, 2))
-	keys := make([]index.Key, 4096)
-	for i := range keys {
-		o := f.Object(rnd.IntN(f.Size()))
-		keys[i] = o.Key()
-	}
+	// Q1 and Q2 look up a random object of the fleet in every request,
+	// the same sequence for every store: request i asks for object
+	// requestObject(i), so that a store that makes more requests in its
+	// -min-time does not ask for the same objects again.
+	keyOf := func(i int) index.Key { return f.Key(requestObject(i, f.Size())) }
 	pageWorkload := func(name, desc string, q func(i int) pageQuery) workload {
 		return workload{
 			name: name, desc: desc,
-			run: func(ctx context.Context, p peer, i int) (int, error) {
-				a, err := p.page(ctx, q(i))
-				if err != nil {
-					return 0, err
+			request: func(i int) func(context.Context, peer) (int, error) {
+				q := q(i)
+				return func(ctx context.Context, p peer) (int, error) {
+					a, err := p.page(ctx, q)
+					if err != nil {
+						return 0, err
+					}
+					return a.len(), nil
 				}
-				return a.len(), nil
 			},
 			check: func(ctx context.Context, p, ref peer, i int) error {
 				wa, err := ref.page(ctx, q(i))
@@ -616,25 +623,14 @@ func workloads(f indextest.Fleet, q6a, q6b *scope) []workload {
 	return []workload{
 		{
 			name: "Q1", desc: "get one object by key (cluster, group, kind, namespace, name)",
-			run: func(ctx context.Context, p peer, i int) (int, error) {
-				k := keys[i%len(keys)]
-				got, err := p.get(ctx, k)
-				if err == nil && got != keyString(k.Cluster, k.Group, k.Kind, k.Namespace, k.Name) {
-					err = fmt.Errorf("get %s: got %q", k, got)
-				}
-				return 1, err
+			request: func(i int) func(context.Context, peer) (int, error) {
+				k := keyOf(i)
+				return func(ctx context.Context, p peer) (int, error) { return 1, get(ctx, p, k) }
 			},
-			check: func(ctx context.Context, p, ref peer, i int) error {
-				k := keys[i%len(keys)]
-				got, err := p.get(ctx, k)
-				if err == nil && got != keyString(k.Cluster, k.Group, k.Kind, k.Namespace, k.Name) {
-					err = fmt.Errorf("get %s: got %q", k, got)
-				}
-				return err
-			},
+			check: func(ctx context.Context, p, _ peer, i int) error { return get(ctx, p, keyOf(i)) },
 		},
-		pageWorkload("Q2", "one kind in one namespace of one cluster, first 100 by name (4,096 random keys in turn)", func(i int) pageQuery {
-			k := keys[i%len(keys)]
+		pageWorkload("Q2", "one kind in one namespace of one cluster, first 100 by name (those of a random object, a new one every run)", func(i int) pageQuery {
+			k := keyOf(i)
 			return pageQuery{cluster: k.Cluster, namespace: k.Namespace, kind: k.Kind, first: 100}
 		}),
 		pageWorkload("Q3", "kind=Kustomization status=UNHEALTHY, first 100 by name (the same request every run)", func(int) pageQuery { return q3 }),
@@ -643,12 +639,14 @@ func workloads(f indextest.Fleet, q6a, q6b *scope) []workload {
 		}),
 		{
 			name: "Q5", desc: "facets: counts by status, kind, cluster and namespace over the whole fleet",
-			run: func(ctx context.Context, p peer, _ int) (int, error) {
-				a, err := p.facets(ctx)
-				if err != nil {
-					return 0, err
+			request: func(int) func(context.Context, peer) (int, error) {
+				return func(ctx context.Context, p peer) (int, error) {
+					a, err := p.facets(ctx)
+					if err != nil {
+						return 0, err
+					}
+					return a.len(), nil
 				}
-				return a.len(), nil
 			},
 			check: func(ctx context.Context, p, ref peer, _ int) error {
 				wa, err := ref.facets(ctx)
@@ -672,6 +670,25 @@ func workloads(f indextest.Fleet, q6a, q6b *scope) []workload {
 		pageWorkload("Q6a", fmt.Sprintf("Q3 for a viewer bound in %d namespaces (the same request every run)", len(q6a.namespaces)), func(int) pageQuery { return q6aQ }),
 		pageWorkload("Q6b", fmt.Sprintf("Q3 for a viewer bound in %d namespaces (the same request every run)", len(q6b.namespaces)), func(int) pageQuery { return q6bQ }),
 	}
+}
+
+// get gets the object of key k from p and checks that it is k's.
+func get(ctx context.Context, p peer, k index.Key) error {
+	got, err := p.get(ctx, k)
+	if err == nil && got != keyString(k.Cluster, k.Group, k.Kind, k.Namespace, k.Name) {
+		err = fmt.Errorf("get %s: got %q", k, got)
+	}
+	return err
+}
+
+// requestObject returns the object, of n, that request i of Q1 and Q2
+// asks for: a well-spread hash of i (splitmix64's finalizer), so that the
+// sequence looks random and rarely repeats within a run of any length.
+func requestObject(i, n int) int {
+	x := uint64(i) + 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return int((x ^ (x >> 31)) % uint64(n))
 }
 
 // head shows the first keys of a page in an error.
@@ -705,10 +722,13 @@ func facetDiff(got, want facetCounts) string {
 // found was fleetgraph's own, right after its load: the runtime hands
 // out heap pages nothing has touched yet until the first collection, and
 // a first touch costs 10-15 µs on this machine's VM, so Q2-Q4 ran 2-5
-// times slower in some runs than in others, and Q5 and Q6b about 6
-// times slower than once the heap is reused. minTime makes every store's
-// percentiles cover the same stretch of its steady state, its collections
-// or checkpoints included.
+// times slower in some runs than in others, and Q5 and Q6b 4-7 times
+// slower than once the heap is reused. minTime makes every store's
+// percentiles cover at least a second of its own steady state, its
+// collections or checkpoints included; a slower store runs longer, to
+// make its iterations. A fast store makes many more requests than a slow
+// one, so requests must not repeat what a store was asked before (Q1
+// and Q2 ask for a new object every run: requestObject).
 type runRule struct {
 	iterations int
 	minTime    time.Duration
@@ -732,17 +752,29 @@ func (r runRule) more(i int, elapsed time.Duration) bool {
 // returns its percentiles. Every run's result size must be the
 // reference's for the same request.
 func timeWorkload(ctx context.Context, w workload, p peer, rule runRule) (latency, error) {
-	warm := time.Now()
-	for i := 0; i < min(rule.iterations/10, 20) && time.Since(warm) < rule.budget/5; i++ {
-		if _, err := w.run(ctx, p, i); err != nil {
+	// The warm-up's requests are numbered -1, -2, ...: none of them is
+	// timed after.
+	warm, warmed := time.Now(), 0
+	for ; warmed < min(rule.iterations/10, 20) && time.Since(warm) < rule.budget/5; warmed++ {
+		if _, err := w.run(ctx, p, -1-warmed); err != nil {
 			return latency{}, err
 		}
 	}
-	var ds []time.Duration
+	// Room for the runs the warm-up's pace predicts, so that the list of
+	// durations is not regrown between timed runs: in fleetbench's
+	// process, that is fleetgraph's heap.
+	runs := rule.iterations
+	if warmed > 0 {
+		if per := time.Since(warm) / time.Duration(warmed); per > 0 {
+			runs = max(runs, int(rule.minTime/per)*5/4)
+		}
+	}
+	ds := make([]time.Duration, 0, min(runs, 1<<22))
 	start := time.Now()
 	for i := 0; rule.more(i, time.Since(start)); i++ {
+		call := w.request(i)
 		t := time.Now()
-		if _, err := w.run(ctx, p, i); err != nil {
+		if _, err := call(ctx, p); err != nil {
 			return latency{}, err
 		}
 		ds = append(ds, time.Since(t))

@@ -172,3 +172,23 @@ func TestRunRule(t *testing.T) {
 		t.Error("ran past the budget for -min-time")
 	}
 }
+
+// TestRequestsDoNotRepeat: Q1 and Q2 ask for a new object in (nearly)
+// every request, however many requests a fast store makes in -min-time,
+// so that it is not timed on answers it gave before.
+func TestRequestsDoNotRepeat(t *testing.T) {
+	const n, runs = 1_000_000, 200_000
+	seen := make(map[int]bool, runs)
+	for i := -20; i < runs; i++ { // the warm-up's requests too
+		o := requestObject(i, n)
+		if o < 0 || o >= n {
+			t.Fatalf("requestObject(%d, %d) = %d, out of range", i, n, o)
+		}
+		seen[o] = true
+	}
+	// Drawn at random with replacement, 200,020 of 1,000,000 objects
+	// give about 181,000 distinct ones.
+	if len(seen) < 175_000 {
+		t.Errorf("%d requests asked for %d distinct objects", runs+20, len(seen))
+	}
+}

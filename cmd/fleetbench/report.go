@@ -107,9 +107,11 @@ answers into the common keys and counts they are checked in is not timed, for an
 divided by fleetgraph's in-process p50 (peers: postgres_typed, postgres_jsonb, sqlite, redis).
 `)
 	w(`Each workload runs on each store for at least %v and %d runs, unless its budget of %v runs out
-first (at least %d runs), after a warm-up of up to 20 runs. Every store is timed over the same
-stretch of wall clock, however fast it answers: 1,000 runs of a 5 µs answer last 5 ms, which one
-transient of a store's process can fill. fleetgraph's own was the first found: right after its load
+first (at least %d runs), after an untimed warm-up of up to 20 runs. So every store is timed over
+at least a second of its own wall clock, however fast it answers, and the requests a fast store
+makes beyond a slow one's are new ones: Q1 and Q2 ask for a new random object in every request,
+in the same sequence on every store. A count of runs alone is not enough: 1,000 runs of a 5 µs
+answer last 5 ms, which one transient of a store's process can fill. fleetgraph's own was the first found: right after its load
 the Go runtime hands out heap pages nothing has touched yet, until its first collection, and a first
 touch costs 10-15 µs on this machine's VM, so Q2-Q4 ran 2-5 times slower in some runs than in
 others, and Q5 and Q6b 4-7 times slower than once the heap is reused (session 12's notes,
@@ -133,8 +135,8 @@ same request on every run, and fleetgraph keeps the Objects its pages returned m
 (up to 8,192 rows, index/pagecache.go): from the second run on, such a page returns those
 Objects instead of building them, as a dashboard that keeps refreshing one view, or a second
 user of the same list, would see. The peers build every row of every answer (their caches hold
-pages of storage, not answers). Under churn a changed row gets a new Object. Q1 and Q2 look up
-4,096 random keys, so their rows are mostly built afresh.
+pages of storage, not answers). Under churn a changed row gets a new Object. Q1 and Q2 ask for
+a new random object in every request, so their rows are mostly built afresh.
 
 Memory per object is measured differently per store (each says how below), and each size is
 measured in a fleetbench process of its own (compare starts its own executable once per size and

@@ -113,6 +113,32 @@ func (r *rng) skewed(n int) int {
 	return int(u * u * float64(n))
 }
 
+// Key returns the key of object i, Object(i).Key(), without building the
+// rest of the object.
+func (f Fleet) Key(i int) index.Key {
+	k := Kinds[f.KindOf(i)]
+	name, _ := f.name(i, k)
+	return index.Key{Cluster: ClusterName(f.ClusterOf(i)), Group: k.Group, Kind: k.Kind, Namespace: NamespaceName(f.NamespaceOf(i)), Name: name}
+}
+
+// name returns the name of object i, of kind k, and its generator as the
+// name leaves it, for the rest of the object.
+//
+// Strings are built with append rather than fmt: the generator runs
+// between the timed ingest batches, and its garbage would otherwise be
+// collected inside them. Every string is still a fresh one, as a
+// collector decoding objects produces.
+func (f Fleet) name(i int, k index.Kind) (string, rng) {
+	r := rng{s: mix(f.Seed ^ uint64(i)*0x2545f4914f6cdd1d)}
+	r.next()
+	r.next()
+	var buf [64]byte
+	b := appendLower(buf[:0], k.Kind)
+	b = strconv.AppendInt(append(b, '-'), int64(r.skewed(2000)), 10)
+	b = appendHex(append(b, '-'), r.next()&0xfffff, 5)
+	return string(b), r
+}
+
 // KindOf returns the index in Kinds of object i.
 func (f Fleet) KindOf(i int) int {
 	r := rng{s: mix(f.Seed ^ uint64(i)*0x2545f4914f6cdd1d)}
@@ -139,18 +165,8 @@ func (f Fleet) Object(i int) index.Object { return f.Version(i, 0) }
 func (f Fleet) Version(i, v int) index.Object {
 	c, n := f.ClusterOf(i), f.NamespaceOf(i)
 	k := Kinds[f.KindOf(i)]
-	r := rng{s: mix(f.Seed ^ uint64(i)*0x2545f4914f6cdd1d)}
-	r.next()
-	r.next()
-	// Strings are built with append rather than fmt: the generator runs
-	// between the timed ingest batches, and its garbage would otherwise
-	// be collected inside them. Every string is still a fresh one, as a
-	// collector decoding objects produces.
+	name, r := f.name(i, k)
 	var buf [256]byte
-	b := appendLower(buf[:0], k.Kind)
-	b = strconv.AppendInt(append(b, '-'), int64(r.skewed(2000)), 10)
-	b = appendHex(append(b, '-'), r.next()&0xfffff, 5)
-	name := string(b)
 	labels := make(map[string]string, 8)
 	labels["app"] = number('v', r.skewed(labelValues))
 	for want := 3 + r.intn(6); len(labels) < want; {

@@ -32,3 +32,15 @@ func TestChangesAreChanges(t *testing.T) {
 		t.Fatalf("%d updates published %d changes", len(updates), n)
 	}
 }
+
+// TestKey: Key(i) is Object(i)'s key, for objects of every cluster,
+// namespace and kind.
+func TestKey(t *testing.T) {
+	f := indextest.Fleet{Clusters: 3, Namespaces: 7, PerNamespace: 11, Seed: 5}
+	for i := range f.Size() {
+		o := f.Object(i)
+		if got, want := f.Key(i), o.Key(); got != want {
+			t.Fatalf("Key(%d) = %v, want %v", i, got, want)
+		}
+	}
+}
