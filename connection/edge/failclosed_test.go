@@ -289,18 +289,23 @@ func TestLeftOutRowsFailClosed(t *testing.T) {
 		a, stop = start(changed)
 		defer stop()
 		expectRevoked(t, a, "the grants revoked by the first snapshot")
-		// The agent counts a snapshot once the write of its final part
-		// has returned, which may be after the manager committed it and
-		// expectRevoked saw the commit: wait for the count, do not read
-		// it once.
-		conntest.Eventually(t, 30*time.Second, "the agent counted its snapshot", func() error {
-			if s := a.Stats(); s.Snapshots == 0 {
-				return errors.New("no snapshot counted yet")
-			}
-			return nil
-		})
-		if s := a.Stats(); s.Sessions != 1 {
-			t.Errorf("%d sessions, want 1", s.Sessions)
-		}
+		oneSessionSnapshotted(t, a)
 	})
+}
+
+// oneSessionSnapshotted checks that a has had one session and sent a
+// snapshot in it. The agent counts a snapshot once the write of its last
+// part has returned, which may be after the manager committed it and the
+// test saw the commit: it waits for the count rather than reading it once.
+func oneSessionSnapshotted(t *testing.T, a *Agent) {
+	t.Helper()
+	conntest.Eventually(t, 30*time.Second, "the agent counted its snapshot", func() error {
+		if s := a.Stats(); s.Snapshots == 0 {
+			return errors.New("no snapshot counted yet")
+		}
+		return nil
+	})
+	if s := a.Stats(); s.Sessions != 1 {
+		t.Errorf("%d sessions, want 1", s.Sessions)
+	}
 }

@@ -1,8 +1,10 @@
 package edge
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/fleetgraph/fleetgraph/authz"
 	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/index/memtables"
 	"github.com/fleetgraph/fleetgraph/internal/conntest"
 )
 
@@ -290,5 +293,28 @@ func TestWhichEndsWithholdPolicy(t *testing.T) {
 				t.Errorf("the manager has the ConfigMaps %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// TestWithholdWhileShuttingDown: a refusal that comes as the hub shuts
+// down (the session's context already cancelled) still withholds the
+// cluster's RBAC rows (review-s12 L1: the write was cancelled with the
+// session, and the stale grants stayed, for the next owner too).
+func TestWithholdWhileShuttingDown(t *testing.T) {
+	const cluster = "edge-a"
+	st := index.New(memtables.Open)
+	rows := []index.Object{
+		rbacRow(cluster, clusterRoleKind, "", "cm-reader", rules("get", "configmaps")),
+		rbacRow(cluster, clusterRoleBindingKind, "", "alice-reads", boundTo(index.KindClusterRole, "cm-reader", "alice")),
+	}
+	if err := st.UpsertBatch(t.Context(), rows); err != nil {
+		t.Fatal(err)
+	}
+	s := &session{h: &Hub{opts: HubOptions{Store: st}}, cluster: cluster, log: slog.New(slog.DiscardHandler)}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	s.withholdPolicy(ctx, &Reject{Reason: ReasonQuota, Message: "over RowsPerCluster"})
+	if got := st.PolicyRows(cluster); len(got) != 0 {
+		t.Errorf("the cluster still has RBAC rows %v after a refusal during shutdown", got)
 	}
 }

@@ -635,7 +635,10 @@ func (s *session) withholdPolicy(ctx context.Context, rej *Reject) {
 	if len(kinds) == 0 {
 		return
 	}
-	if err := st.ApplySnapshot(ctx, s.cluster, kinds, false); err != nil {
+	// Not cancelled with the session: a refusal while the hub shuts down
+	// must still withhold (a local index commit, which a replicated Node
+	// publishes and flushes at shutdown).
+	if err := st.ApplySnapshot(context.WithoutCancel(ctx), s.cluster, kinds, false); err != nil {
 		s.log.Error("withholding the RBAC rows of a refused cluster failed; they still grant", "err", err)
 		return
 	}
