@@ -122,14 +122,7 @@ func TestEdgeSpeaksOnlyForItsCluster(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	tokens := filepath.Join(t.TempDir(), "tokens.csv")
-	if err := os.WriteFile(tokens, []byte("root-token,root,0,ops\nbob-token,bob,1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	users, err := authz.OpenTokenFile(tokens, authz.TokenFileOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	users := tokenFileUsers(t, "root-token,root,0,ops\nbob-token,bob,1\n")
 	_, url := runServer(t, fleetgraph.Config{
 		Authenticator: users, AdminGroups: []string{"ops"},
 		EdgeTokens: edge.NewStaticTokens(map[string]string{"tok-a": "edge-a", "tok-b": "edge-b"}),
@@ -324,14 +317,7 @@ func TestEdgeChurnDoesNotGrowDictionaries(t *testing.T) {
 		perRow = 40  // rows the edge keeps
 		replay = 256 // change events the index keeps
 	)
-	tokens := filepath.Join(t.TempDir(), "tokens.csv")
-	if err := os.WriteFile(tokens, []byte("root-token,root,0,ops\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	users, err := authz.OpenTokenFile(tokens, authz.TokenFileOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	users := tokenFileUsers(t, "root-token,root,0,ops\n")
 	_, url := runServer(t, fleetgraph.Config{
 		Authenticator: users, AdminGroups: []string{"ops"}, ReplayBuffer: replay,
 		EdgeTokens: edge.NewStaticTokens(map[string]string{"tok-a": "edge-a", "tok-b": "edge-b"}),
@@ -427,14 +413,7 @@ func TestEdgeChurnDoesNotGrowDictionaries(t *testing.T) {
 // nothing of the cluster, and root (ops, a fleet admin) sees the one
 // ConfigMap the manager had, in a stale cluster.
 func TestRefusedEdgeClusterGrantsNothing(t *testing.T) {
-	tokens := filepath.Join(t.TempDir(), "tokens.csv")
-	if err := os.WriteFile(tokens, []byte("root-token,root,0,ops\nbob-token,bob,1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	users, err := authz.OpenTokenFile(tokens, authz.TokenFileOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	users := tokenFileUsers(t, "root-token,root,0,ops\nbob-token,bob,1\n")
 	_, url := runServer(t, fleetgraph.Config{
 		Authenticator: users, AdminGroups: []string{"ops"},
 		EdgeTokens: edge.NewStaticTokens(map[string]string{"tok-a": "edge-a"}),
@@ -494,4 +473,19 @@ func TestRefusedEdgeClusterGrantsNothing(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// tokenFileUsers is an authenticator of a static token file (the
+// `--token-file` format) with these lines, written to a temporary file.
+func tokenFileUsers(t *testing.T, lines string) *authz.TokenFile {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tokens.csv")
+	if err := os.WriteFile(path, []byte(lines), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	users, err := authz.OpenTokenFile(path, authz.TokenFileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return users
 }
