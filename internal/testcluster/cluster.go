@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -418,8 +420,64 @@ func (c *Cluster) Restart(ctx context.Context) error {
 }
 
 // Freeze suspends the control plane with SIGSTOP: connections stay open
-// and nothing answers, like a hung node.
-func (c *Cluster) Freeze() error { return c.signal(syscall.SIGSTOP) }
+// and nothing answers, like a hung node. It returns once every thread of
+// the process has stopped: kill(2) only queues the signal, and on a busy
+// machine the threads that are running keep serving requests until one
+// of them is scheduled and takes the group stop.
+func (c *Cluster) Freeze() error {
+	if err := c.signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	return c.waitStopped(stopTimeout)
+}
+
+// stopTimeout bounds how long Freeze waits for the threads to stop.
+const stopTimeout = 10 * time.Second
+
+// waitStopped polls /proc until every thread of the control plane is
+// stopped (state T).
+func (c *Cluster) waitStopped(timeout time.Duration) error {
+	pid := c.Pid()
+	if pid == 0 {
+		return fmt.Errorf("cluster %s is not running", c.Name)
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		running, err := runningThreads(pid)
+		if err != nil {
+			return fmt.Errorf("cluster %s: read threads: %w", c.Name, err)
+		}
+		if running == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cluster %s: %d threads still running %s after SIGSTOP", c.Name, running, timeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// runningThreads counts the threads of pid that are not stopped.
+func runningThreads(pid int) (int, error) {
+	threads, err := procfs.AllThreads(pid)
+	if err != nil {
+		return 0, err
+	}
+	running := 0
+	for _, th := range threads {
+		st, err := th.Stat()
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // the thread exited
+		}
+		if err != nil {
+			return 0, err
+		}
+		if st.State != "T" {
+			running++
+		}
+	}
+	return running, nil
+}
 
 // Thaw resumes a frozen control plane with SIGCONT.
 func (c *Cluster) Thaw() error { return c.signal(syscall.SIGCONT) }
