@@ -47,7 +47,11 @@ func tokenFor(cluster string) string {
 func newHubHarness(t testing.TB, opts HubOptions) *hubHarness {
 	t.Helper()
 	h := &hubHarness{store: index.New(memtables.Open)}
-	opts.Store = h.store
+	if g, ok := opts.Store.(*gatedStore); ok {
+		h.store = g.Store
+	} else {
+		opts.Store = h.store
+	}
 	if opts.Tokens == nil {
 		opts.Tokens = NewStaticTokens(testTokens)
 	}

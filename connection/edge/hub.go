@@ -523,6 +523,16 @@ func (h *Hub) release(s *session) {
 // (the edge reconnected there, or this one lost the cluster), and forgets
 // the cluster's claim: if an edge claims it here again, its state resumes
 // from its row then. why is the session's end reason.
+//
+// Disown returns once the session has ended, as acquire waits for a
+// session it supersedes: a session ending over a refusal still writes
+// (its queued applies, the withhold of its RBAC rows), and a write that
+// came after the cluster is claimed here again would land on the new
+// session's rows (review-s12 L2: the withhold blanked the RBAC rows the
+// new session's snapshot had just written). The caller keeps Claim out
+// until Disown returns (the replication collector holds the cluster's
+// lock for both). The wait is bounded by the session's own end: its
+// Reject's write and close handshake (writeTimeout, closeGrace).
 func (h *Hub) Disown(cluster, why string) {
 	h.mu.Lock()
 	var active *session
@@ -533,6 +543,7 @@ func (h *Hub) Disown(cluster, why string) {
 	h.mu.Unlock()
 	if active != nil {
 		active.end(rejectf(ReasonSuperseded, "%s", why))
+		<-active.done
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -316,5 +317,77 @@ func TestWithholdWhileShuttingDown(t *testing.T) {
 	s.withholdPolicy(ctx, &Reject{Reason: ReasonQuota, Message: "over RowsPerCluster"})
 	if got := st.PolicyRows(cluster); len(got) != 0 {
 		t.Errorf("the cluster still has RBAC rows %v after a refusal during shutdown", got)
+	}
+}
+
+// gatedStore is the harness's index with a gate before each withhold of
+// RBAC rows (an ApplySnapshot whose kinds say "withheld:"), to hold a
+// session at that point.
+type gatedStore struct {
+	*index.Store
+	gate func()
+}
+
+func (g *gatedStore) ApplySnapshot(ctx context.Context, cluster string, kinds []index.KindSnapshot, retire bool) error {
+	if len(kinds) > 0 && strings.HasPrefix(kinds[0].Err, "withheld:") {
+		g.gate()
+	}
+	return g.Store.ApplySnapshot(ctx, cluster, kinds, retire)
+}
+
+// TestDisownWaitsForTheSession: Hub.Disown returns only once the session
+// it ends has ended, so the withhold of a session refused just before the
+// collector lost the cluster cannot land after the cluster is claimed
+// here again and blank the new session's RBAC rows (review-s12 L2). The
+// old session is held at its withhold until Disown has asked it to end;
+// its edge then never answers the close handshake, so the session is
+// still closing for closeGrace when a Disown that did not wait returns.
+func TestDisownWaitsForTheSession(t *testing.T) {
+	const cluster = "edge-a"
+	policy := []index.Object{
+		rbacRow(cluster, clusterRoleKind, "", "cm-reader", rules("get", "configmaps")),
+		rbacRow(cluster, clusterRoleBindingKind, "", "alice-reads", boundTo(index.KindClusterRole, "cm-reader", "alice")),
+	}
+	snapshot := func() *Message {
+		return &Message{Type: TypeSnapshot, Snapshot: &Snapshot{
+			ID: 1, Final: true, Full: true, Rows: rawRows(t, policy), Kinds: []KindState{
+				{Kind: clusterRoleKind, Synced: true}, {Kind: clusterRoleBindingKind, Synced: true},
+			},
+		}}
+	}
+	atWithhold, disowning := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	g := &gatedStore{Store: index.New(memtables.Open), gate: func() {
+		once.Do(func() { close(atWithhold) })
+		<-disowning
+	}}
+	h := newHubHarness(t, HubOptions{Store: g, Quotas: Quotas{RowsPerCluster: 10}})
+
+	old := dialRaw(t, h.url)
+	old.welcome(cluster, "edge-a-1")
+	old.send(snapshot())
+	old.awaitAck(old.seq)
+	s, _ := h.hub.active(cluster)
+	old.send(&Message{Type: TypeDelta, Delta: &Delta{Upserts: rawRows(t, testRows(cluster, 20, "1"))}})
+	<-atWithhold // refused with quota; the withhold waits for Disown's end
+	go func() {
+		<-s.stop
+		close(disowning)
+	}()
+	h.hub.Disown(cluster, "collector b took its lease")
+	select {
+	case <-s.done:
+	default:
+		t.Fatal("Disown returned while the session it ended was still running")
+	}
+
+	// Claimed here again: the new session's rows stay.
+	c := dialRaw(t, h.url)
+	c.welcome(cluster, "edge-a-1")
+	c.send(snapshot())
+	c.awaitAck(c.seq)
+	want := map[string]int{index.KindClusterRole: 1, index.KindClusterRoleBinding: 1}
+	if got := g.PolicyRows(cluster); !maps.Equal(got, want) {
+		t.Errorf("RBAC rows of the new session: %v, want %v", got, want)
 	}
 }
