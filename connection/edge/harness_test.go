@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,6 +31,9 @@ type hubHarness struct {
 	store *index.Store
 	url   string // ws://.../edge
 	rec   *conntest.Recorder
+	// stop shuts the hub down and waits for it; the test's cleanup
+	// does, if the test did not.
+	stop func()
 }
 
 // tokens used by the tests: one per cluster.
@@ -66,13 +70,14 @@ func newHubHarness(t testing.TB, opts HubOptions) *hubHarness {
 	go func() { done <- hub.Run(ctx) }()
 	srv := httptest.NewServer(hub)
 	h.url = "ws" + strings.TrimPrefix(srv.URL, "http") + "/edge"
-	t.Cleanup(func() {
+	h.stop = sync.OnceFunc(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("hub: %v", err)
 		}
 		srv.Close()
 	})
+	t.Cleanup(h.stop)
 	return h
 }
 

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -201,15 +202,21 @@ func TestRefusedClusterGrantsNothing(t *testing.T) {
 }
 
 // TestWhichEndsWithholdPolicy: which ends of a session withhold the
-// cluster's RBAC rows. Those that refuse what the edge sent (refusesData:
-// the next session sends the same and is refused the same way, so a
-// revocation may never arrive) leave the cluster no RBAC rows; a plain
-// disconnect and a sequence gap (messages lost, all that arrived before
-// applied, and the next session's snapshot as welcome as ever) keep the
-// last known rows, stale, as the design wants for an edge that merely
-// went away.
+// cluster's RBAC rows (docs/security.md, "A refused cluster grants
+// nothing"). Those that refuse what the edge sent (refusesData: the next
+// session sends the same and is refused the same way, so a revocation may
+// never arrive) leave the cluster no RBAC rows; the others keep the last
+// known rows, stale, as the design wants for an edge that merely went
+// away: a plain disconnect, a sequence gap (messages lost, all that
+// arrived before applied, and the next session's snapshot as welcome as
+// ever), the same edge connecting again (superseded), its token removed
+// (unauthorized: the operator's call, as for a removed cluster), the
+// manager shutting down, and the manager's own index failing. In every
+// case another cluster's RBAC rows stay as they were, even when the edge
+// sent rows of that cluster (wrong cluster): a refusal blanks the
+// session's own cluster only.
 func TestWhichEndsWithholdPolicy(t *testing.T) {
-	const cluster, instance = "edge-a", "edge-a-1"
+	const cluster, instance, otherCluster = "edge-a", "edge-a-1", "edge-b"
 	policy := []index.Object{
 		rbacRow(cluster, clusterRoleKind, "", "cm-reader", rules("get", "configmaps")),
 		rbacRow(cluster, clusterRoleBindingKind, "", "alice-reads", boundTo(index.KindClusterRole, "cm-reader", "alice")),
@@ -226,53 +233,94 @@ func TestWhichEndsWithholdPolicy(t *testing.T) {
 			{Kind: roleBindingKind, Synced: true},
 		},
 	}}
-	other := testRows("edge-b", 1, "1")
+	// The other cluster's grants, in the index before the session, and
+	// the rows of it the edge sends: a binding of its own.
+	otherPolicy := []index.Object{
+		rbacRow(otherCluster, clusterRoleKind, "", "svc-reader", rules("get", "services")),
+		rbacRow(otherCluster, clusterRoleBindingKind, "", "erin-reads", boundTo(index.KindClusterRole, "svc-reader", "erin")),
+	}
+	otherWant := map[string]int{index.KindClusterRole: 1, index.KindClusterRoleBinding: 1}
+	other := []index.Object{rbacRow(otherCluster, clusterRoleBindingKind, "", "mallory-reads", boundTo(index.KindClusterRole, "svc-reader", "mallory"))}
 	// RBAC rows may come in deltas, with no kind record.
 	delta := &Message{Type: TypeDelta, Delta: &Delta{Upserts: rawRows(t, rows)}}
 	for _, tc := range []struct {
 		name     string
-		end      func(c *rawClient)
+		end      func(h *hubHarness, c *rawClient)
 		withheld bool
 		first    *Message // the snapshot when nil
 	}{
-		{"malformed", func(c *rawClient) {
+		{"malformed", func(_ *hubHarness, c *rawClient) {
 			if err := c.writeRaw(websocket.MessageText, []byte("{")); err != nil {
 				t.Fatal(err)
 			}
 			c.expectReject(ReasonMalformed)
 		}, true, nil},
-		{"wrong cluster", func(c *rawClient) {
+		{"wrong cluster", func(_ *hubHarness, c *rawClient) {
 			c.send(&Message{Type: TypeDelta, Delta: &Delta{Upserts: rawRows(t, other)}})
 			c.expectReject(ReasonWrongCluster)
 		}, true, nil},
-		{"invalid", func(c *rawClient) {
+		{"invalid", func(_ *hubHarness, c *rawClient) {
 			c.send(&Message{Type: TypeSnapshot, Snapshot: &Snapshot{ID: 2, Part: 1}})
 			c.expectReject(ReasonInvalid)
 		}, true, nil},
-		{"oversize", func(c *rawClient) {
+		{"oversize", func(_ *hubHarness, c *rawClient) {
 			if err := c.writeRaw(websocket.MessageText, make([]byte, 65<<10)); err != nil {
 				t.Fatal(err)
 			}
 			c.expectReject(ReasonOversize)
 		}, true, nil},
-		{"quota", func(c *rawClient) {
+		{"quota", func(_ *hubHarness, c *rawClient) {
 			c.send(&Message{Type: TypeDelta, Delta: &Delta{Upserts: rawRows(t, testRows(cluster, 20, "1"))}})
 			c.expectReject(ReasonQuota)
 		}, true, nil},
-		{"malformed, rows by delta", func(c *rawClient) {
+		{"malformed, rows by delta", func(_ *hubHarness, c *rawClient) {
 			if err := c.writeRaw(websocket.MessageText, []byte("{")); err != nil {
 				t.Fatal(err)
 			}
 			c.expectReject(ReasonMalformed)
 		}, true, delta},
-		{"sequence gap", func(c *rawClient) {
+		{"sequence gap", func(_ *hubHarness, c *rawClient) {
 			c.send(&Message{Type: TypeDelta, Seq: c.seq + 2, Delta: &Delta{}})
 			c.expectReject(ReasonSequenceGap)
 		}, false, nil},
-		{"disconnect", func(c *rawClient) { c.conn.closeNow() }, false, nil},
+		{"disconnect", func(_ *hubHarness, c *rawClient) { c.conn.closeNow() }, false, nil},
+		{"superseded", func(h *hubHarness, c *rawClient) {
+			again := dialRaw(t, h.url)
+			again.welcome(cluster, instance)
+			c.expectReject(ReasonSuperseded)
+			again.conn.closeNow()
+		}, false, nil},
+		{"unauthorized", func(h *hubHarness, c *rawClient) {
+			h.hub.opts.Tokens.(*revocableTokens).revoked.Store(true)
+			h.hub.recheckTokens()
+			c.expectReject(ReasonUnauthorized)
+		}, false, nil},
+		{"shutdown", func(h *hubHarness, c *rawClient) {
+			stopped := make(chan struct{})
+			go func() {
+				defer close(stopped)
+				h.stop()
+			}()
+			c.expectReject(ReasonShutdown)
+			<-stopped
+		}, false, nil},
+		{"the manager's index fails", func(h *hubHarness, c *rawClient) {
+			h.hub.opts.Store.(*gatedStore).failUpserts.Store(true)
+			c.send(&Message{Type: TypeDelta, Delta: &Delta{Upserts: rawRows(t, testRows(cluster, 1, "2"))}})
+			if m, err := c.read(); err == nil {
+				t.Fatalf("after the index failed: %s %+v, want the connection closed", m.Type, m.Reject)
+			}
+		}, false, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHubHarness(t, HubOptions{MaxMessageBytes: 64 << 10, Quotas: Quotas{RowsPerCluster: 10}})
+			g := &gatedStore{Store: index.New(memtables.Open)}
+			if err := g.Store.UpsertBatch(t.Context(), otherPolicy); err != nil {
+				t.Fatal(err)
+			}
+			h := newHubHarness(t, HubOptions{
+				Store: g, Tokens: &revocableTokens{StaticTokens: NewStaticTokens(testTokens)},
+				MaxMessageBytes: 64 << 10, Quotas: Quotas{RowsPerCluster: 10},
+			})
 			c := dialRaw(t, h.url)
 			c.welcome(cluster, instance)
 			first := snapshot
@@ -281,7 +329,7 @@ func TestWhichEndsWithholdPolicy(t *testing.T) {
 			}
 			c.send(first)
 			c.awaitAck(c.seq)
-			tc.end(c)
+			tc.end(h, c)
 			h.waitReleased(t, cluster)
 			want := map[string]int{index.KindRole: 1, index.KindClusterRole: 1, index.KindRoleBinding: 1, index.KindClusterRoleBinding: 1}
 			if tc.withheld {
@@ -290,11 +338,27 @@ func TestWhichEndsWithholdPolicy(t *testing.T) {
 			if got := h.store.PolicyRows(cluster); !maps.Equal(got, want) {
 				t.Errorf("RBAC rows after the session ended: %v, want %v", got, want)
 			}
+			if got := h.store.PolicyRows(otherCluster); !maps.Equal(got, otherWant) {
+				t.Errorf("RBAC rows of %s, another cluster: %v, want %v as they were", otherCluster, got, otherWant)
+			}
 			if got, want := names(t, h.store, cluster), []string{"ConfigMap/default/cm-00000", "ConfigMap/default/cm-00001"}; !slices.Equal(got, want) {
 				t.Errorf("the manager has the ConfigMaps %v, want %v", got, want)
 			}
 		})
 	}
+}
+
+// revocableTokens are tokens that all go when revoked is set.
+type revocableTokens struct {
+	*StaticTokens
+	revoked atomic.Bool
+}
+
+func (r *revocableTokens) Cluster(token string) (string, bool) {
+	if r.revoked.Load() {
+		return "", false
+	}
+	return r.StaticTokens.Cluster(token)
 }
 
 // TestWithholdWhileShuttingDown: a refusal that comes as the hub shuts
@@ -322,17 +386,26 @@ func TestWithholdWhileShuttingDown(t *testing.T) {
 
 // gatedStore is the harness's index with a gate before each withhold of
 // RBAC rows (an ApplySnapshot whose kinds say "withheld:"), to hold a
-// session at that point.
+// session at that point, and, once failUpserts is set, an index that
+// fails every UpsertBatch (the manager's own failure).
 type gatedStore struct {
 	*index.Store
-	gate func()
+	gate        func() // nil: no gate
+	failUpserts atomic.Bool
 }
 
 func (g *gatedStore) ApplySnapshot(ctx context.Context, cluster string, kinds []index.KindSnapshot, retire bool) error {
-	if len(kinds) > 0 && strings.HasPrefix(kinds[0].Err, "withheld:") {
+	if g.gate != nil && len(kinds) > 0 && strings.HasPrefix(kinds[0].Err, "withheld:") {
 		g.gate()
 	}
 	return g.Store.ApplySnapshot(ctx, cluster, kinds, retire)
+}
+
+func (g *gatedStore) UpsertBatch(ctx context.Context, rows []index.Object) error {
+	if g.failUpserts.Load() {
+		return errors.New("the index failed")
+	}
+	return g.Store.UpsertBatch(ctx, rows)
 }
 
 // TestDisownWaitsForTheSession: Hub.Disown returns only once the session
