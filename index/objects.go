@@ -9,15 +9,29 @@ import (
 // Store implements Sink.
 var _ Sink = (*Store)(nil)
 
+// policyKinds are the RBAC kinds, as a Kubernetes API server serves
+// them: the kinds IsPolicyKind names.
+var policyKinds = [...]Kind{
+	{Group: RBACGroup, Version: "v1", Kind: KindClusterRole, Resource: "clusterroles"},
+	{Group: RBACGroup, Version: "v1", Kind: KindClusterRoleBinding, Resource: "clusterrolebindings"},
+	{Group: RBACGroup, Version: "v1", Kind: KindRole, Resource: "roles", Namespaced: true},
+	{Group: RBACGroup, Version: "v1", Kind: KindRoleBinding, Resource: "rolebindings", Namespaced: true},
+}
+
+// PolicyKinds returns the RBAC kinds (those IsPolicyKind reports), with
+// the version, resource and scope an API server serves them with.
+func PolicyKinds() []Kind { return slices.Clone(policyKinds[:]) }
+
 // IsPolicyKind reports whether rows of group/kind are RBAC policy rows,
 // which fill the RBAC tables and are never listed as objects.
 func IsPolicyKind(group, kind string) bool {
 	if group != RBACGroup {
 		return false
 	}
-	switch kind {
-	case KindRole, KindClusterRole, KindRoleBinding, KindClusterRoleBinding:
-		return true
+	for i := range policyKinds {
+		if policyKinds[i].Kind == kind {
+			return true
+		}
 	}
 	return false
 }

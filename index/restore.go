@@ -125,13 +125,6 @@ type KindState struct {
 	ErrorSince time.Time
 }
 
-// policyResource is the resource of each RBAC kind, for the rows a
-// snapshot rebuilds from the RBAC tables.
-var policyResource = map[string]string{
-	KindRole: "roles", KindClusterRole: "clusterroles",
-	KindRoleBinding: "rolebindings", KindClusterRoleBinding: "clusterrolebindings",
-}
-
 // SnapshotCluster returns the cluster's state as one consistent read. A
 // cluster the index does not know gives a snapshot with only Name set.
 func (s *Store) SnapshotCluster(name string) ClusterSnapshot {
@@ -159,11 +152,11 @@ func (s *Store) SnapshotCluster(name string) ClusterSnapshot {
 			return true
 		})
 	}
-	for _, kind := range []string{KindRole, KindClusterRole, KindRoleBinding, KindClusterRoleBinding} {
-		it, err := txn.Get(policyTable(kind), indexIDPrefix, memKey(compoundKey(name)))
+	for _, k := range policyKinds {
+		it, err := txn.Get(policyTable(k.Kind), indexIDPrefix, memKey(compoundKey(name)))
 		must(err)
 		for raw := it.Next(); raw != nil; raw = it.Next() {
-			o := Object{Cluster: name, Group: RBACGroup, Version: "v1", Kind: kind, Resource: policyResource[kind]}
+			o := Object{Cluster: name, Group: k.Group, Version: k.Version, Kind: k.Kind, Resource: k.Resource}
 			switch v := raw.(type) {
 			case *Role:
 				o.Namespace, o.Name, o.Policy = v.Namespace, v.Name, &Policy{Rules: v.Rules}

@@ -590,16 +590,6 @@ func (s *session) checkSnapshotQuotas(ctx context.Context, p *pendingSnapshot) e
 	return nil
 }
 
-// policyKinds are the RBAC kinds, as a Kubernetes API server serves
-// them: what withholdPolicy records for a kind whose rows the cluster has
-// without a kind record (rows a delta upserted).
-var policyKinds = []index.Kind{
-	{Group: index.RBACGroup, Version: "v1", Kind: index.KindClusterRole, Resource: "clusterroles"},
-	{Group: index.RBACGroup, Version: "v1", Kind: index.KindClusterRoleBinding, Resource: "clusterrolebindings"},
-	{Group: index.RBACGroup, Version: "v1", Kind: index.KindRole, Resource: "roles", Namespaced: true},
-	{Group: index.RBACGroup, Version: "v1", Kind: index.KindRoleBinding, Resource: "rolebindings", Namespaced: true},
-}
-
 // withholdPolicy removes the cluster's RBAC rows, because the hub refused
 // what its edge sent (rej, one that refusesData): the rows the manager
 // holds may grant what the cluster has revoked since, in the refused
@@ -624,7 +614,9 @@ func (s *session) withholdPolicy(ctx context.Context, rej *Reject) {
 	rows := st.PolicyRows(s.cluster)
 	why := fmt.Sprintf("withheld: the manager refused this cluster's data (%s: %s); its RBAC rows grant nothing until a snapshot of them is accepted", rej.Reason, rej.Message)
 	var kinds []index.KindSnapshot
-	for _, k := range policyKinds {
+	// A kind whose rows the cluster has without a kind record (rows a
+	// delta upserted) is recorded as an API server serves it.
+	for _, k := range index.PolicyKinds() {
 		if rec, ok := have[k.Kind]; ok {
 			k = rec
 		} else if rows[k.Kind] == 0 {
