@@ -231,7 +231,7 @@ func (a *Agent) noteDeltaBudget(spent bool, snapshot uint64, allowance int) {
 // agentCounters are the agent's running totals.
 type agentCounters struct {
 	sessions, rejects, messages, bytes, snapshots, parts, rows, tooBig atomic.Uint64
-	overQuota                                                          atomic.Uint64
+	overQuota, placeholders                                            atomic.Uint64
 	deltasInSnapshot                                                   atomic.Uint64
 	deltaBudgetSpent                                                   atomic.Uint64
 	mostPartsInFlight                                                  atomic.Uint64
@@ -259,6 +259,10 @@ type AgentStats struct {
 	// synced), as for a row TooBig counts; for an RBAC row, a delta sends
 	// a delete of its key and a snapshot omits it.
 	OverQuota uint64
+	// Placeholders counts the placeholders sent for rows held back
+	// (OverQuota, TooBig), each time one is sent: an RBAC row, or a row
+	// whose key alone is over a quota, gets none.
+	Placeholders uint64
 	// DeltasInSnapshot counts deltas sent between the parts of a
 	// snapshot (FeatureDeltasInSnapshot).
 	DeltasInSnapshot uint64
@@ -374,7 +378,7 @@ func (a *Agent) Stats() AgentStats {
 	s := &a.stats
 	return AgentStats{
 		Sessions: s.sessions.Load(), Rejects: s.rejects.Load(), Messages: s.messages.Load(), Bytes: s.bytes.Load(),
-		Snapshots: s.snapshots.Load(), Parts: s.parts.Load(), Rows: s.rows.Load(), TooBig: s.tooBig.Load(), OverQuota: s.overQuota.Load(),
+		Snapshots: s.snapshots.Load(), Parts: s.parts.Load(), Rows: s.rows.Load(), TooBig: s.tooBig.Load(), OverQuota: s.overQuota.Load(), Placeholders: s.placeholders.Load(),
 		DeltasInSnapshot: s.deltasInSnapshot.Load(), DeltaBudgetSpent: s.deltaBudgetSpent.Load(), MostPartsInFlight: s.mostPartsInFlight.Load(), Coalesced: a.buf.coalesced.Load(), Overflows: a.buf.overflows.Load(), LastReject: s.lastReject.Load(),
 	}
 }

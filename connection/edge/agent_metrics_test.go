@@ -33,6 +33,7 @@ func TestAgentMetrics(t *testing.T) {
 	a.buf.coalesced.Store(12)
 	a.buf.overflows.Store(13)
 	s.notePartsInFlight(14)
+	s.placeholders.Store(15)
 	want := map[string]float64{
 		"fleetgraph_edge_agent_sessions_total":            1,
 		"fleetgraph_edge_agent_rejects_total":             2,
@@ -48,6 +49,7 @@ func TestAgentMetrics(t *testing.T) {
 		"fleetgraph_edge_agent_coalesced_changes_total":   12,
 		"fleetgraph_edge_agent_buffer_overflows_total":    13,
 		"fleetgraph_edge_agent_most_parts_in_flight":      14,
+		"fleetgraph_edge_agent_placeholders_sent_total":   15,
 	}
 	families, err := reg.Gather()
 	if err != nil {

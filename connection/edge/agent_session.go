@@ -570,6 +570,8 @@ func (s *agentSession) sendDelta(ctx context.Context, ups []index.Object, dels [
 //     Counted and logged the same way, as the quota "encoding";
 //   - too large for any message. Counted in AgentStats.TooBig.
 //
+// Each placeholder sent is counted in AgentStats.Placeholders.
+//
 // No row is cut to fit: a cut RBAC subject or rule string could grant
 // access to someone else, and any other cut row would show the manager a
 // state the object never had. A caller that gets nil sends a delete of
@@ -594,6 +596,7 @@ func (s *agentSession) encodeRow(row *index.Object, room int) []byte {
 	if over != nil {
 		return nil
 	}
+	s.a.stats.placeholders.Add(1)
 	return raw
 }
 

@@ -177,8 +177,8 @@ func TestHeldBackObjectsArePlaceholders(t *testing.T) {
 			if f.Total != 4 || unknown != 3 {
 				errs = append(errs, fmt.Errorf("the facets count %d objects, %d unknown; want 4, 3", f.Total, unknown))
 			}
-			if s := a.Stats(); s.OverQuota != 3 || s.TooBig != 1 {
-				errs = append(errs, fmt.Errorf("%d rows over a quota, %d too big; want 3, 1", s.OverQuota, s.TooBig))
+			if s := a.Stats(); s.OverQuota != 3 || s.TooBig != 1 || s.Placeholders != 3 {
+				errs = append(errs, fmt.Errorf("%d rows over a quota, %d too big, %d placeholders sent; want 3, 1, 3 (none for the RoleBinding)", s.OverQuota, s.TooBig, s.Placeholders))
 			}
 			return errors.Join(errs...)
 		})
