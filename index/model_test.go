@@ -622,6 +622,12 @@ func (m *fleetModel) check(full bool) int {
 	if full {
 		m.checkGets()
 	}
+	m.s.mu.RLock()
+	err := checkNamespaceKinds(m.s.x)
+	m.s.mu.RUnlock()
+	if err != nil {
+		m.t.Fatalf("%s: %v", m.where, err)
+	}
 	walks := 0
 	for _, field := range allOrders {
 		for _, desc := range []bool{false, true} {

@@ -18,9 +18,10 @@ import (
 //   - posting lists of small row ids per (kind, status), cluster,
 //     (cluster, kind, status), (cluster, namespace), label key=value (in
 //     labelDict) and label key;
-//   - each row's namespace id and kind id by row id (nsOf, kidOf), so
-//     that a source's rows of other namespaces or kinds are passed over
-//     without loading them;
+//   - each row's namespace id and kind id by row id (nsOf, kidOf), and
+//     the kind ids of a small namespace's rows beside its list
+//     (nsAgg.kids), so that a source's rows of other namespaces or kinds
+//     are passed over without loading them;
 //   - sorted runs of rows in (name, key) order for name-ordered pages
 //     (nameOrder), and each row's name prefix by row id, so that sorting a
 //     source by name rarely loads a row;
@@ -100,6 +101,71 @@ type clusterAgg struct {
 type nsAgg struct {
 	rows  postings
 	cells cells
+	// kids holds, while the namespace has at most nsKidsMax rows, the
+	// kind id of each row, in the order of rows (increasing row id);
+	// nil for a larger namespace. A page of one kind in one namespace of
+	// one cluster (fleetbench's Q2) tells the rows of its kind from the
+	// namespace's others by it: one cache line, where kidOf cost a cache
+	// miss for each row of the namespace at 1M rows (see plan.scan).
+	kids []uint32
+}
+
+// nsKidsMax is the most rows of a namespace whose kind ids its nsAgg
+// keeps: a larger scope's page is sized against the kinds' own lists
+// too (see smallScope).
+const nsKidsMax = smallScope
+
+// add adds row rid, of kind kid, to the namespace; kidOf gives the
+// kinds of its other rows, should kids be rebuilt.
+func (na *nsAgg) add(rid, kid uint32, maxRows int, kidOf []uint32) {
+	na.rows.add(rid, maxRows)
+	switch n := na.rows.len(); {
+	case n > nsKidsMax:
+		na.kids = nil
+	case len(na.kids) == n-1:
+		if len(na.kids) == cap(na.kids) {
+			na.kids = growIDs(na.kids)
+		}
+		na.kids = slices.Insert(na.kids, na.index(rid), kid)
+	default:
+		na.rebuildKids(kidOf)
+	}
+}
+
+// remove removes row rid from the namespace.
+func (na *nsAgg) remove(rid uint32, kidOf []uint32) {
+	i := na.index(rid)
+	na.rows.remove(rid)
+	switch n := na.rows.len(); {
+	case n > nsKidsMax:
+	case len(na.kids) == n+1:
+		na.kids = slices.Delete(na.kids, i, i+1)
+	default: // the namespace shrank to nsKidsMax rows
+		na.rebuildKids(kidOf)
+	}
+}
+
+// setKind records that row rid of the namespace is now of kind kid.
+func (na *nsAgg) setKind(rid, kid uint32) {
+	if na.kids != nil {
+		na.kids[na.index(rid)] = kid
+	}
+}
+
+// index returns the position of rid in the rows of a namespace of at
+// most nsKidsMax rows (a one-member list or an array, never a bitmap).
+func (na *nsAgg) index(rid uint32) int {
+	i, _ := slices.BinarySearch(na.rows.ids(), rid)
+	return i
+}
+
+// rebuildKids sets kids from kidOf.
+func (na *nsAgg) rebuildKids(kidOf []uint32) {
+	na.kids = na.kids[:0]
+	na.rows.each(func(rid uint32) bool {
+		na.kids = append(na.kids, kidOf[rid])
+		return true
+	})
 }
 
 func newObjIndex() *objIndex {
@@ -189,7 +255,7 @@ func (x *objIndex) insertRow(r *objRow) {
 		na = &nsAgg{}
 		ca.nss.put(r.nsid, na)
 	}
-	na.rows.add(r.rid, x.maxRows())
+	na.add(r.rid, r.kind.kid, x.maxRows(), x.kidOf)
 	x.addCounts(r, ca, na, 1)
 }
 
@@ -203,7 +269,7 @@ func (x *objIndex) remove(r *objRow) {
 	ca.rows.remove(r.rid)
 	x.leaveCell(ca, r)
 	na := ca.nss.get(r.nsid)
-	na.rows.remove(r.rid)
+	na.remove(r.rid, x.kidOf)
 	x.addCounts(r, ca, na, -1)
 	if na.rows.len() == 0 {
 		ca.nss.delete(r.nsid)
@@ -237,6 +303,7 @@ func (x *objIndex) updateRow(old, r *objRow) {
 	ca := x.byCluster[r.cid]
 	if old.kind.kid != r.kind.kid {
 		x.kidOf[r.rid] = r.kind.kid
+		ca.nss.get(r.nsid).setKind(r.rid, r.kind.kid)
 		x.reshape(ca)
 		x.widenKindNames(r.kind.kid, x.pfx[r.rid])
 	}

@@ -105,3 +105,109 @@ func TestScopeSourceKinds(t *testing.T) {
 		check(t, f, []string{"k2"}, false, true)
 	})
 }
+
+// checkNamespaceKinds reports the first namespace of x whose kind ids
+// (nsAgg.kids) are not those of its rows, in row id order: every
+// namespace of at most nsKidsMax rows keeps them, a larger one none.
+func checkNamespaceKinds(x *objIndex) error {
+	for cid, ca := range x.byCluster {
+		if ca == nil {
+			continue
+		}
+		for nsid, na := range ca.nss.all() {
+			where := fmt.Sprintf("cluster %s namespace %q", x.clusters.str(uint32(cid)), x.namespaces.str(nsid))
+			if na.rows.len() > nsKidsMax {
+				if na.kids != nil {
+					return fmt.Errorf("%s: %d rows keep %d kind ids, want none", where, na.rows.len(), len(na.kids))
+				}
+				continue
+			}
+			var want []uint32
+			na.rows.each(func(rid uint32) bool {
+				want = append(want, x.rows[rid].kind.kid)
+				return true
+			})
+			if !slices.Equal(na.kids, want) {
+				return fmt.Errorf("%s: kind ids %v, want %v", where, na.kids, want)
+			}
+		}
+	}
+	return nil
+}
+
+// TestNamespaceKinds: a namespace of at most nsKidsMax rows keeps the
+// kind id of each row beside its list (nsAgg.kids), which a page of some
+// kinds in it reads instead of kidOf, through inserts (into the middle of
+// the list too, when a freed row id is reused), deletes, growth past
+// nsKidsMax and back, and a row whose kind id changes; a page of one kind
+// in the namespace finds its rows by them.
+func TestNamespaceKinds(t *testing.T) {
+	s, _ := newTestStore(t)
+	obj := func(kind Kind, ns, name string) Object {
+		return Object{
+			Cluster: "c", Namespace: ns, Group: kind.Group, Version: kind.Version, Kind: kind.Kind,
+			Resource: kind.Resource, Name: name, UID: "u-" + ns + name, Status: StatusHealthy,
+		}
+	}
+	check := func(t *testing.T, kind string, want []string) {
+		t.Helper()
+		s.mu.RLock()
+		err := checkNamespaceKinds(s.x)
+		s.mu.RUnlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pg, err := s.Query(ctxb, Query{Filter: Filter{Clusters: []string{"c"}, Namespaces: []string{"a"}, Kinds: []string{kind}}, Access: &Access{All: true}})
+		mustNoErr(t, err)
+		var got []string
+		for _, e := range pg.Edges {
+			got = append(got, e.Object.Name)
+		}
+		if !slices.Equal(got, want) || pg.TotalCount != len(want) {
+			t.Fatalf("%s in a: got %v (total %d), want %v", kind, got, pg.TotalCount, want)
+		}
+	}
+	mustNoErr(t, s.UpsertBatch(ctxb, []Object{
+		obj(podKind, "a", "p0"), obj(svcKind, "a", "s0"), obj(podKind, "b", "p1"),
+		obj(podKind, "a", "p2"), obj(flux, "a", "k0"), obj(svcKind, "a", "s1"),
+	}))
+	check(t, "Pod", []string{"p0", "p2"})
+	check(t, "Service", []string{"s0", "s1"})
+	t.Run("delete and reuse", func(t *testing.T) {
+		for _, o := range []Object{obj(svcKind, "a", "s0"), obj(podKind, "b", "p1")} {
+			mustNoErr(t, s.Delete(ctxb, o.Key()))
+		}
+		check(t, "Service", []string{"s1"})
+		// The freed row ids go to new rows of "a": into the middle of
+		// its list.
+		mustNoErr(t, s.UpsertBatch(ctxb, []Object{obj(flux, "a", "k1"), obj(svcKind, "a", "s2")}))
+		check(t, "Kustomization", []string{"k0", "k1"})
+		check(t, "Service", []string{"s1", "s2"})
+	})
+	t.Run("grow past nsKidsMax and back", func(t *testing.T) {
+		var more []Object
+		for i := range nsKidsMax {
+			more = append(more, obj(podKind, "a", fmt.Sprintf("q%02d", i)))
+		}
+		mustNoErr(t, s.UpsertBatch(ctxb, more))
+		check(t, "Service", []string{"s1", "s2"})
+		for i := range 10 {
+			mustNoErr(t, s.Delete(ctxb, more[i].Key()))
+		}
+		check(t, "Service", []string{"s1", "s2"})
+		check(t, "Kustomization", []string{"k0", "k1"})
+	})
+	t.Run("kind id changes", func(t *testing.T) {
+		// The cluster names the Kustomizations' resource anew: their
+		// rows get another kind id (another cluster keeps the old one
+		// in use).
+		other := obj(flux, "a", "k9")
+		other.Cluster = "c2"
+		mustNoErr(t, s.Replace(ctxb, "c2", flux, []Object{other}))
+		v2 := flux
+		v2.Resource = "kustomizations-v2"
+		mustNoErr(t, s.Replace(ctxb, "c", v2, []Object{obj(v2, "a", "k0"), obj(v2, "a", "k1")}))
+		check(t, "kustomizations-v2", []string{"k0", "k1"})
+		check(t, "kustomizations", nil)
+	})
+}

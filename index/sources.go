@@ -14,15 +14,18 @@ type source struct {
 	est   int
 	exact bool
 	// butKinds means every row it yields matches the filter and is
-	// visible but for the kinds filter, which the scan tells by the row's
-	// kind id (objIndex.kidOf) without loading the row: one kind in one
-	// namespace of one cluster is a few rows of the namespace's list,
-	// which holds every kind.
+	// visible but for the kinds filter, which the scan tells by the
+	// row's kind id (kids, or objIndex.kidOf) without loading the row:
+	// one kind in one namespace of one cluster is a few rows of the
+	// namespace's list, which holds every kind.
 	butKinds bool
 	// list, when set, is the whole source: one small posting list (a
 	// namespace's rows), read and probed with no closure or copy of its
 	// own (see eachID and contains); each and has are then nil.
 	list *postings
+	// kids, when set, is the kind id of each row of list, in its order:
+	// a namespace's (nsAgg.kids).
+	kids []uint32
 	each func(fn func(rid uint32) bool)
 	// has reports whether the source yields rid; nil when testing
 	// membership is not cheap. A walk tests it before loading a row.
@@ -391,6 +394,8 @@ func (p *plan) scopeSource(best source) (source, bool) {
 	x := p.x
 	var buf [8]*postings // a page's scope is most often one list
 	lists := buf[:0]
+	var nsRows *postings // the last namespace list, whose kind ids are nsKids
+	var nsKids []uint32
 	switch {
 	case p.clusters.on:
 		for _, cid := range p.clusters.ids {
@@ -405,6 +410,7 @@ func (p *plan) scopeSource(best source) (source, bool) {
 			for _, nsid := range p.nss.ids {
 				if na := ca.nss.get(nsid); na != nil {
 					lists = append(lists, &na.rows)
+					nsRows, nsKids = &na.rows, na.kids
 				}
 			}
 		}
@@ -432,7 +438,11 @@ func (p *plan) scopeSource(best source) (source, bool) {
 		return source{}, false
 	}
 	if l := oneSmallList(lists, est); l != nil {
-		return source{est: est, exact: exact, butKinds: butKinds, list: l}, true // lists stays on the stack
+		s := source{est: est, exact: exact, butKinds: butKinds, list: l} // lists stays on the stack
+		if l == nsRows {
+			s.kids = nsKids
+		}
+		return s, true
 	}
 	s := x.unionSource(slices.Clone(lists), est)
 	s.exact, s.butKinds = exact, butKinds
