@@ -13,6 +13,7 @@ import (
 	"github.com/fleetgraph/fleetgraph/index"
 	"github.com/fleetgraph/fleetgraph/index/indextest"
 	"github.com/fleetgraph/fleetgraph/index/memtables"
+	"github.com/fleetgraph/fleetgraph/internal/measure"
 )
 
 // millionEnv enables the benchmarks of the 1M-object fleet, which take
@@ -24,6 +25,7 @@ const millionEnv = "FLEETGRAPH_BENCH_1M"
 // 4,096 random objects, the same sequence.
 var millionFleet = sync.OnceValues(func() (*index.Store, []index.Key) {
 	f := indextest.DefaultFleet()
+	heap := measure.LiveHeap()
 	s := index.New(memtables.Open)
 	byKind := make([][]index.Object, len(indextest.Kinds))
 	err := f.Each(f.Namespaces*f.PerNamespace, func(rows []index.Object) error {
@@ -44,6 +46,7 @@ var millionFleet = sync.OnceValues(func() (*index.Store, []index.Key) {
 	if err != nil {
 		panic(err)
 	}
+	millionHeap = float64(measure.LiveHeap()-heap) / float64(f.Size())
 	rnd := rand.New(rand.NewPCG(1, 2))
 	keys := make([]index.Key, 4096)
 	for i := range keys {
@@ -52,6 +55,10 @@ var millionFleet = sync.OnceValues(func() (*index.Store, []index.Key) {
 	}
 	return s, keys
 })
+
+// millionHeap is the live heap the store of millionFleet holds, in bytes
+// per object (fleetbench's heap_bytes_per_object).
+var millionHeap float64
 
 // BenchmarkObjectsMillion times the calls that build Objects at 1M
 // objects, as fleetbench compare makes them: get is Q1 (Store.Get of
@@ -131,13 +138,19 @@ func countLabels(o *index.Object) int {
 // in turn), with the garbage collector on as a server runs it: page is
 // Store.Query as compare calls it; plan is the query's plan alone
 // (compile, source choice and collect, without the page's objects);
-// compile is its compile alone. Set FLEETGRAPH_BENCH_1M=1 to run it.
+// compile is its compile alone; heap reports the store's live heap per
+// object (heap-B/object). Set FLEETGRAPH_BENCH_1M=1 to run it.
 func BenchmarkQ2Million(b *testing.B) {
 	if os.Getenv(millionEnv) == "" {
 		b.Skip("set " + millionEnv + "=1 to load the 1M-object fleet")
 	}
 	s, keys := millionFleet()
 	queries := q2Queries(keys)
+	b.Run("heap", func(b *testing.B) {
+		for b.Loop() {
+		}
+		b.ReportMetric(millionHeap, "heap-B/object")
+	})
 	b.Run("page", func(b *testing.B) {
 		defer cpuPerOp(b, keepGC)()
 		i := 0
