@@ -6,6 +6,14 @@ import (
 	"testing"
 )
 
+// scopeObject is a row of cluster "c" for the scope tests.
+func scopeObject(kind Kind, ns, name string, st Status) Object {
+	return Object{
+		Cluster: "c", Namespace: ns, Group: kind.Group, Version: kind.Version, Kind: kind.Kind,
+		Resource: kind.Resource, Name: name, UID: "u-" + ns + name, Status: st,
+	}
+}
+
 // TestScopeSourceKinds is a page of some kinds in one namespace of one
 // cluster (fleetbench's Q2): its source is the namespace's list, exact but
 // for the kinds, which the scan tells by each row's kind id (kidOf)
@@ -15,12 +23,7 @@ import (
 // cluster's rows keep the old one.
 func TestScopeSourceKinds(t *testing.T) {
 	s, _ := newTestStore(t)
-	obj := func(kind Kind, ns, name string, st Status) Object {
-		return Object{
-			Cluster: "c", Namespace: ns, Group: kind.Group, Version: kind.Version, Kind: kind.Kind,
-			Resource: kind.Resource, Name: name, UID: "u-" + ns + name, Status: st,
-		}
-	}
+	obj := scopeObject
 	// Namespace "big" has more rows than smallScope: the fleet-wide
 	// (kind, status) lists are sized too.
 	big := []Object{
@@ -143,12 +146,7 @@ func checkNamespaceKinds(x *objIndex) error {
 // in the namespace finds its rows by them.
 func TestNamespaceKinds(t *testing.T) {
 	s, _ := newTestStore(t)
-	obj := func(kind Kind, ns, name string) Object {
-		return Object{
-			Cluster: "c", Namespace: ns, Group: kind.Group, Version: kind.Version, Kind: kind.Kind,
-			Resource: kind.Resource, Name: name, UID: "u-" + ns + name, Status: StatusHealthy,
-		}
-	}
+	obj := func(kind Kind, ns, name string) Object { return scopeObject(kind, ns, name, StatusHealthy) }
 	check := func(t *testing.T, kind string, want []string) {
 		t.Helper()
 		s.mu.RLock()
