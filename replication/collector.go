@@ -458,33 +458,41 @@ func (c *Collector) take(ctx context.Context, name, mode string, l *clusterLease
 
 // drop stops collecting a cluster this process owned and no longer does
 // (released, handed over, lost): its writes, if any still come, are
-// dropped by the Node. The cluster lock is held.
+// dropped by the Node. A push cluster's edge session has ended when drop
+// returns (Hub.Disown). The cluster lock is held.
 func (c *Collector) drop(ctx context.Context, name string, why string) {
+	if c.stop(ctx, name, why) == modePush {
+		if hub := c.edgeHub(); hub != nil {
+			hub.Disown(name, why)
+		}
+	}
+}
+
+// stop is drop but for ending a push cluster's edge session, which is the
+// caller's (Hub.Disown or DisownAll) while it still holds the cluster
+// lock. It returns the cluster's mode, "" if it was not held.
+func (c *Collector) stop(ctx context.Context, name string, why string) (mode string) {
 	c.mu.Lock()
 	h := c.held[name]
 	delete(c.held, name)
 	c.mu.Unlock()
 	if h == nil {
-		return
+		return ""
 	}
 	if err := c.node.Release(ctx, name); err != nil && !errors.Is(err, ErrNotOwner) && !errors.Is(err, ErrTakenOver) {
 		c.log.Warn("releasing a cluster", "cluster", name, "err", err)
 	}
 	h.detail()
-	switch h.mode {
-	case modePull:
+	if h.mode == modePull {
 		// The Node no longer owns the cluster, so the Manager's removal
 		// of its rows goes nowhere.
 		if err := c.manager.Remove(ctx, name); err != nil && !errors.Is(err, connection.ErrUnknownCluster) {
 			c.log.Warn("stopping a cluster", "cluster", name, "err", err)
 		}
-	case modePush:
-		if hub := c.edgeHub(); hub != nil {
-			hub.Disown(name, why)
-		}
 	}
 	c.metrics.owned.DeleteLabelValues(name, h.mode)
 	c.log.Info("stopped collecting a cluster", "cluster", name, "why", why)
+	return h.mode
 }
 
 func (c *Collector) edgeHub() *edge.Hub {
@@ -526,24 +534,38 @@ func (c *Collector) removeCluster(ctx context.Context, name string) {
 // releaseAll gives up every cluster at shutdown: queued writes are
 // published, and with leases the clusters are released so that the
 // other collectors take them at once instead of after the lease expires.
+// Its deadline bounds the Node's publishing and the lease writes, which
+// go first for every cluster; then the push clusters' edge sessions are
+// ended all at once and waited for (Hub.DisownAll), so that stalled edges
+// cost one session's end (up to about 32 s), not one each, and no
+// cluster's release waits behind another's session. That wait is not cut
+// at the deadline: every cluster lock is held until it returns, so no
+// edge claims a cluster here again before its old session ended; Hub.Run
+// waits for the same sessions anyway.
 func (c *Collector) releaseAll() {
 	c.mu.Lock()
 	names := slices.Collect(maps.Keys(c.held))
 	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	var push []string
 	for _, name := range names {
 		l := c.lock(name)
+		defer l.Unlock() // after the sessions ended
 		c.mu.Lock()
 		h := c.held[name]
 		c.mu.Unlock()
-		c.drop(ctx, name, "shutting down")
+		if c.stop(ctx, name, "shutting down") == modePush {
+			push = append(push, name)
+		}
 		if c.ls != nil && h != nil && h.lease != nil {
 			if _, err := c.ls.updateCluster(ctx, h.lease, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = nil }); err != nil {
 				c.log.Warn("releasing a lease at shutdown", "cluster", name, "err", err)
 			}
 		}
-		l.Unlock()
+	}
+	if hub := c.edgeHub(); hub != nil {
+		hub.DisownAll(push, "shutting down")
 	}
 }
 

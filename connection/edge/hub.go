@@ -533,17 +533,29 @@ func (h *Hub) release(s *session) {
 // until Disown returns (the replication collector holds the cluster's
 // lock for both). The wait is bounded by the session's own end: its
 // Reject's write and close handshake (writeTimeout, closeGrace).
-func (h *Hub) Disown(cluster, why string) {
+func (h *Hub) Disown(cluster, why string) { h.DisownAll([]string{cluster}, why) }
+
+// DisownAll is Disown for many clusters: it ends every one of their
+// sessions first and then waits for them all, so that releasing many
+// clusters (the collector at shutdown) costs the slowest session's end,
+// not the sum of them: a stalled edge's end takes up to writeTimeout +
+// closeGrace. The caller keeps Claim out for every cluster until
+// DisownAll returns.
+func (h *Hub) DisownAll(clusters []string, why string) {
+	var ending []*session
 	h.mu.Lock()
-	var active *session
-	if c := h.claims[cluster]; c != nil {
-		active = c.active
+	for _, cluster := range clusters {
+		if c := h.claims[cluster]; c != nil && c.active != nil {
+			ending = append(ending, c.active)
+		}
+		delete(h.claims, cluster)
 	}
-	delete(h.claims, cluster)
 	h.mu.Unlock()
-	if active != nil {
-		active.end(rejectf(ReasonSuperseded, "%s", why))
-		<-active.done
+	for _, s := range ending {
+		s.end(rejectf(ReasonSuperseded, "%s", why))
+	}
+	for _, s := range ending {
+		<-s.done
 	}
 }
 

@@ -464,3 +464,65 @@ func TestDisownWaitsForTheSession(t *testing.T) {
 		t.Errorf("RBAC rows of the new session: %v, want %v", got, want)
 	}
 }
+
+// TestDisownAllEndsEverySessionFirst: releasing many clusters at once
+// (the replication collector at shutdown) ends every session before it
+// waits for any, so stalled edges cost one session's end, not one each
+// (a stalled edge's end takes up to writeTimeout + closeGrace). Each
+// session is held at its last step (Claims.Released) until all three
+// have come there; none can end before then, so a DisownAll that waited
+// for one session before it ended the next never gets the second there.
+// The edges read nothing after their welcome.
+func TestDisownAllEndsEverySessionFirst(t *testing.T) {
+	clusters := []string{"edge-a", "edge-b", "edge-c"}
+	claims := &gatedClaims{released: make(chan string, len(clusters)), gate: make(chan struct{})}
+	h := newHubHarness(t, HubOptions{Claims: claims})
+	for _, cluster := range clusters {
+		dialRaw(t, h.url).welcome(cluster, cluster+"-1")
+	}
+	disowned := make(chan struct{})
+	go func() {
+		defer close(disowned)
+		h.hub.DisownAll(clusters, "collector a is shutting down")
+	}()
+	defer func() {
+		claims.open()
+		<-disowned
+	}()
+	for i := range clusters {
+		select {
+		case <-claims.released:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d sessions were told to end while the first was held ending: DisownAll waits for one before it ends the next", i, len(clusters))
+		}
+	}
+	select {
+	case <-disowned:
+		t.Fatal("DisownAll returned before its sessions had ended")
+	default:
+	}
+	claims.open()
+	<-disowned
+	for _, cluster := range clusters {
+		if s, known := h.hub.active(cluster); s != nil || known {
+			t.Errorf("cluster %s is still claimed here after DisownAll", cluster)
+		}
+	}
+}
+
+// gatedClaims admits every edge and holds each Released (a session's
+// last step before it is done) until open.
+type gatedClaims struct {
+	released chan string
+	gate     chan struct{}
+	once     sync.Once
+}
+
+func (g *gatedClaims) Claim(context.Context, string, string) error { return nil }
+
+func (g *gatedClaims) Released(cluster, _ string) {
+	g.released <- cluster
+	<-g.gate
+}
+
+func (g *gatedClaims) open() { g.once.Do(func() { close(g.gate) }) }
