@@ -19,13 +19,13 @@ package index
 // the others are narrow enough to scan.
 //
 // An item costs 24 bytes (nameItem). Every row is in one cell, whose list
-// has an order unless it is small; label pairs are many, so their
-// threshold is higher. On the synthetic fleets (indextest) about 0.05 of
-// a row's label pairs are in lists of labelOrderMin rows or more at 1M
-// objects, 0.5 at 10M (every app=vN value is, at 512 it would be 1.2), so
-// the orders cost about 25 bytes an object at 1M and 37 at 10M by that
-// count; fleetbench index measured 29 at 1M (heap 590 to 619 bytes an
-// object).
+// has an order unless it is small. On the synthetic fleets (indextest)
+// 0.02 of a row's label pairs are in lists of labelOrderMin rows or more
+// at 100k objects, 0.21 at 1M and about 1.2 at 10M (at 2,048 they were 0,
+// 0.05 and 0.5), so the label orders cost about 0.5, 5 and 29 bytes an
+// object by that count, beside the cells' 24; fleetbench index measured
+// both at 29 bytes an object at 1M when labels had 2,048 (heap 590 to 619
+// bytes an object).
 //
 // Lists of label pairs are written on upsertBulk's label goroutine, beside
 // the rest of the write, so their orders read the row id space through a
@@ -33,14 +33,17 @@ package index
 // write's end (flushLists) sorts and merges them, single-threaded.
 
 // The sizes from which a list keeps a name order. Below them a
-// name-ordered page scans the list's name prefixes: about 30 ns a member,
-// at most 15 µs for a cell and 60 µs for a label pair. The benchmark's
-// kind-and-status page (Kustomizations UNHEALTHY: 731 rows at 1M objects)
-// took half the time with its cell's order (loaded machine, p50 210 µs
-// before, 105 µs after).
+// name-ordered page scans the list's name prefixes and offers each member
+// to a heap: 30-40 ns a member, at most about 20 µs, where a page from an
+// order costs a few. The benchmark's kind-and-status page (Kustomizations
+// UNHEALTHY: 731 rows at 1M objects) took half the time with its cell's
+// order (loaded machine, p50 210 µs before, 105 µs after). Label pairs had
+// 2,048, to keep their orders few, and compare's label page (app=v0) then
+// cost 55 µs at 100k objects, where its 1,451 members had no order, and
+// 7 µs at 1M, where its 14,430 had one.
 const (
 	cellOrderMin  = 512
-	labelOrderMin = 2048
+	labelOrderMin = 512
 )
 
 // listOrderMaxRun bounds the runs of a list's order. A list's writes are
