@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -34,6 +35,17 @@ func TestRestoredReplicaStreamsTransitions(t *testing.T) {
 	for _, r := range []*testNode{early, late} {
 		waitFor(t, "replica equals owner", 10*time.Second, func() error { return sameCluster(b.store, r.store, "east") })
 	}
+	// The replica holds the snapshot's state before it counts the
+	// restore; it has counted it once it has applied the stream's last
+	// message (b writes nothing after its takeover).
+	info, err := b.stream.Info(ctx)
+	must(t, err)
+	waitFor(t, "the late replica applied the stream", 10*time.Second, func() error {
+		if got := late.Followed(); got < info.State.LastSeq {
+			return fmt.Errorf("applied up to %d of %d", got, info.State.LastSeq)
+		}
+		return nil
+	})
 	if n := testutil.ToFloat64(late.metrics.restores); n != 1 {
 		t.Fatalf("the late replica restored %v snapshots, want 1", n)
 	}
