@@ -75,7 +75,7 @@ type plan struct {
 }
 
 // getPlan returns a zero plan but for the buffers of a pooled one: a
-// page's plan (about 600 bytes) and its heap (72 bytes a row) were two of
+// page's plan (about 600 bytes) and its heap (80 bytes a row) were two of
 // its eight allocations and about 40% of its bytes at 1M objects, and at
 // 1M objects fresh memory costs a cache miss or a page fault on its
 // first write.
@@ -90,7 +90,7 @@ func (x *objIndex) getPlan() *plan {
 // back to the pool. The caller must be done with p and with the rows
 // collect returned. Everything but the buffers is dropped, and the
 // buffers hold no row (see topK.sorted), so a pooled plan keeps nothing
-// alive but its own memory (at most MaxPageSize+1 slots, 72 KB).
+// alive but its own memory (at most MaxPageSize+1 slots, 80 KB).
 func (p *plan) end() {
 	p.pace.done()
 	x := p.x

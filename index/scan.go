@@ -134,11 +134,11 @@ func (p *plan) scan(src source, v visitor) error {
 	paused := pc != nil && pc.paused
 	exact, butKinds := src.exact && !paused, src.butKinds && !paused
 	if pc == nil || src.est <= scanChunk {
-		if src.list != nil && src.kids != nil && p.kids != nil && !exact {
+		if kids := src.nsKids(); kids != nil && p.kids != nil && !exact {
 			// A namespace's rows, with their kind ids beside them.
 			i := 0
 			src.list.each(func(rid uint32) bool {
-				kid := src.kids[i]
+				kid := kids[i]
 				i++
 				if int(kid) >= len(p.kids) || !p.kids[kid] {
 					return true

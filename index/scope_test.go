@@ -209,3 +209,47 @@ func TestNamespaceKinds(t *testing.T) {
 		check(t, "kustomizations", nil)
 	})
 }
+
+// TestNamespaceKindsReadAtScan: a namespace's source reads the kind ids of
+// its rows (nsAgg.kids) when it scans, not when the plan chose it, so a
+// write in between (the lock released, as a paced read might) neither
+// indexes past them nor pairs a row with another row's kind id.
+func TestNamespaceKindsReadAtScan(t *testing.T) {
+	s, _ := newTestStore(t)
+	obj := func(kind Kind, name string) Object { return scopeObject(kind, "a", name, StatusHealthy) }
+	mustNoErr(t, s.UpsertBatch(ctxb, []Object{obj(podKind, "p0"), obj(svcKind, "s0"), obj(podKind, "p1")}))
+	var others []Object // Pods of another namespace, so that the plan scans a's rows
+	for i := range 10 {
+		others = append(others, scopeObject(podKind, "b", fmt.Sprintf("b%d", i), StatusHealthy))
+	}
+	mustNoErr(t, s.UpsertBatch(ctxb, others))
+	f := Filter{Clusters: []string{"c"}, Namespaces: []string{"a"}, Kinds: []string{"Pod"}}
+
+	s.mu.RLock()
+	p, err := s.x.compile(s.db, &f, &Access{All: true})
+	mustNoErr(t, err)
+	src := p.bestSource()
+	s.mu.RUnlock()
+	if src.nsKids() == nil {
+		t.Fatalf("source of %d rows: not namespace a's rows with their kind ids", src.est)
+	}
+	// The namespace's list and kind ids change under the chosen source:
+	// a row leaves the middle and more come.
+	s0 := obj(svcKind, "s0")
+	mustNoErr(t, s.Delete(ctxb, s0.Key()))
+	mustNoErr(t, s.UpsertBatch(ctxb, []Object{obj(svcKind, "s1"), obj(podKind, "p2"), obj(svcKind, "s2"), obj(podKind, "p3")}))
+
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var got []string
+	err = p.scan(src, visitFunc(func(rid uint32, _ bool) bool {
+		got = append(got, s.x.rows[rid].name())
+		return true
+	}))
+	mustNoErr(t, err)
+	want := []string{"p0", "p1", "p2", "p3"}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("scan visited %v, want the namespace's Pods %v", got, want)
+	}
+}

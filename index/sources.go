@@ -23,9 +23,11 @@ type source struct {
 	// namespace's rows), read and probed with no closure or copy of its
 	// own (see eachID and contains); each and has are then nil.
 	list *postings
-	// kids, when set, is the kind id of each row of list, in its order:
-	// a namespace's (nsAgg.kids).
-	kids []uint32
+	// ns, when set, is the namespace whose rows list is: the scan reads
+	// its kind ids (nsAgg.kids) when it reads the list, in the same lock
+	// hold, since a write between choosing the source and scanning it
+	// changes both.
+	ns   *nsAgg
 	each func(fn func(rid uint32) bool)
 	// has reports whether the source yields rid; nil when testing
 	// membership is not cheap. A walk tests it before loading a row.
@@ -43,6 +45,17 @@ func (s source) eachID(fn func(rid uint32) bool) {
 		return
 	}
 	s.each(fn)
+}
+
+// nsKids returns the kind id of each row of s.list, in its order, when
+// s is a namespace's rows that keeps them (nsAgg.kids), else nil. The
+// caller reads them and the list in one lock hold; the length check only
+// keeps a broken invariant from indexing past them.
+func (s source) nsKids() []uint32 {
+	if s.ns == nil || len(s.ns.kids) != s.list.len() {
+		return nil
+	}
+	return s.ns.kids
 }
 
 // canTest reports whether testing membership (contains) is cheap.
@@ -394,8 +407,7 @@ func (p *plan) scopeSource(best source) (source, bool) {
 	x := p.x
 	var buf [8]*postings // a page's scope is most often one list
 	lists := buf[:0]
-	var nsRows *postings // the last namespace list, whose kind ids are nsKids
-	var nsKids []uint32
+	var ns *nsAgg // the last namespace, whose rows may be the source
 	switch {
 	case p.clusters.on:
 		for _, cid := range p.clusters.ids {
@@ -410,7 +422,7 @@ func (p *plan) scopeSource(best source) (source, bool) {
 			for _, nsid := range p.nss.ids {
 				if na := ca.nss.get(nsid); na != nil {
 					lists = append(lists, &na.rows)
-					nsRows, nsKids = &na.rows, na.kids
+					ns = na
 				}
 			}
 		}
@@ -439,8 +451,8 @@ func (p *plan) scopeSource(best source) (source, bool) {
 	}
 	if l := oneSmallList(lists, est); l != nil {
 		s := source{est: est, exact: exact, butKinds: butKinds, list: l} // lists stays on the stack
-		if l == nsRows {
-			s.kids = nsKids
+		if ns != nil && l == &ns.rows {
+			s.ns = ns
 		}
 		return s, true
 	}
