@@ -202,6 +202,13 @@ type Hub struct {
 	claims     map[string]*claim
 	handshakes int // connections upgraded and not yet welcomed or refused
 	wg         sync.WaitGroup
+
+	// disowned counts each cluster's Disowns. acquire reads it before
+	// Claims.Claim and compares it before it makes the session active: a
+	// Disown in between (the collector lost the cluster after its Claim
+	// passed) refuses the edge instead of welcoming it at a collector
+	// that no longer owns the cluster (review-s13 L1).
+	disowned map[string]uint64
 }
 
 // claim is a cluster's reservation by an edge instance.
@@ -228,7 +235,7 @@ func NewHub(opts HubOptions) (*Hub, error) {
 		return nil, errors.New("edge: HubOptions.Store and Tokens are required")
 	}
 	opts.setDefaults()
-	h := &Hub{opts: opts, metrics: newHubMetrics(), claims: map[string]*claim{}, started: make(chan struct{})}
+	h := &Hub{opts: opts, metrics: newHubMetrics(), claims: map[string]*claim{}, disowned: map[string]uint64{}, started: make(chan struct{})}
 	if opts.Registerer != nil {
 		if err := h.metrics.register(opts.Registerer); err != nil {
 			return nil, err
@@ -431,6 +438,9 @@ func (h *Hub) acquire(ctx context.Context, s *session) error {
 	case h.opts.IsPull != nil && h.opts.IsPull(cluster):
 		return rejectf(ReasonInvalid, "cluster %q is collected in pull mode by this manager", cluster)
 	}
+	h.mu.Lock()
+	gen := h.disowned[cluster]
+	h.mu.Unlock()
 	if h.opts.Claims != nil {
 		if err := h.opts.Claims.Claim(ctx, cluster, hello.Instance); err != nil {
 			return err
@@ -439,6 +449,16 @@ func (h *Hub) acquire(ctx context.Context, s *session) error {
 	superseded := false
 	for {
 		h.mu.Lock()
+		if h.disowned[cluster] != gen {
+			// Disowned since Claim passed: the collector may no longer
+			// own the cluster, so the edge dials again and Claim decides.
+			h.mu.Unlock()
+			return &RejectError{
+				Reason: ReasonGracePeriod, Message: fmt.Sprintf(
+					"cluster %q was handed over while this edge connected; try again", cluster),
+				retryAfter: time.Second,
+			}
+		}
 		c := h.claims[cluster]
 		if c == nil {
 			var resume *index.Cluster
@@ -533,6 +553,8 @@ func (h *Hub) release(s *session) {
 // until Disown returns (the replication collector holds the cluster's
 // lock for both). The wait is bounded by the session's own end: its
 // Reject's write and close handshake (writeTimeout, closeGrace).
+// A session whose Claim passed before Disown and that is not yet active
+// is refused (grace_period, retry in 1 s) rather than welcomed after it.
 func (h *Hub) Disown(cluster, why string) { h.DisownAll([]string{cluster}, why) }
 
 // DisownAll is Disown for many clusters: it ends every one of their
@@ -549,6 +571,7 @@ func (h *Hub) DisownAll(clusters []string, why string) {
 			ending = append(ending, c.active)
 		}
 		delete(h.claims, cluster)
+		h.disowned[cluster]++
 	}
 	h.mu.Unlock()
 	for _, s := range ending {

@@ -526,3 +526,45 @@ func (g *gatedClaims) Released(cluster, _ string) {
 }
 
 func (g *gatedClaims) open() { g.once.Do(func() { close(g.gate) }) }
+
+// TestDisownBetweenClaimAndWelcomeRefuses: a Disown that runs after the
+// collector's Claim passed and before the session is active (the
+// collector lost the cluster meanwhile) refuses the edge with a retryable
+// reject; it is not welcomed at a collector that no longer owns the
+// cluster (review-s13 L1).
+func TestDisownBetweenClaimAndWelcomeRefuses(t *testing.T) {
+	claims := &heldClaims{entered: make(chan struct{}), gate: make(chan struct{})}
+	h := newHubHarness(t, HubOptions{Claims: claims})
+	c := dialRaw(t, h.url)
+	answer := make(chan *Message, 1)
+	c.send(&Message{Type: TypeHello, Hello: &Hello{Version: ProtocolVersion, Cluster: "edge-a", Instance: "edge-a-1", Token: tokenFor("edge-a")}})
+	go func() {
+		m, _ := c.read()
+		answer <- m
+	}()
+	<-claims.entered // Claim passed; acquire is in the gap
+	h.hub.Disown("edge-a", "collector a lost the cluster")
+	close(claims.gate)
+	m := <-answer
+	if m == nil || m.Type != TypeReject || m.Reject.Reason != ReasonGracePeriod || m.Reject.RetryAfterMillis <= 0 {
+		t.Fatalf("hello answered with %+v after a Disown between Claim and welcome, want a grace_period reject with a retry", m)
+	}
+	if s, _ := h.hub.active("edge-a"); s != nil {
+		t.Fatal("the session is active after the cluster was disowned")
+	}
+}
+
+// heldClaims admits every edge, but holds Claim at its return until gate
+// is closed, after saying so on entered.
+type heldClaims struct {
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g *heldClaims) Claim(context.Context, string, string) error {
+	close(g.entered)
+	<-g.gate
+	return nil
+}
+
+func (g *heldClaims) Released(string, string) {}
