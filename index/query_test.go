@@ -762,3 +762,50 @@ func TestPlanEndKeepsNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestNamePrefixTies pages in name order through rows whose names share
+// their first 16 bytes (the name prefix, namePfx) and differ after it, or
+// are the prefix itself, spread over namespaces so that their keys' order
+// is not their names': collect compares such rows by prefix and then
+// reads their names (sortKey.rowName), and every page, ascending and
+// descending, must follow the names across page boundaries.
+func TestNamePrefixTies(t *testing.T) {
+	s, _ := newTestStore(t)
+	const shared = "requestauthentic" // 16 bytes
+	var rows []Object
+	for i := range 40 {
+		name := fmt.Sprintf("%s-%02d", shared, i*17%40)
+		switch i {
+		case 0:
+			name = shared
+		case 1:
+			name = shared + "-"
+		case 2:
+			name = shared + "z"
+		}
+		rows = append(rows, pod("c0", fmt.Sprintf("ns%d", i%3), name, StatusHealthy, nil))
+	}
+	mustNoErr(t, s.UpsertBatch(ctxb, rows))
+	byName := func(a, b Object) int { return strings.Compare(a.Name, b.Name) }
+	for _, f := range []Filter{
+		{Namespaces: []string{"ns0", "ns1", "ns2"}},
+		{Clusters: []string{"c0"}, Namespaces: []string{"ns2", "ns0"}, Kinds: []string{"Pod"}},
+	} {
+		var want []Object
+		for _, o := range rows {
+			if slices.Contains(f.Namespaces, o.Namespace) {
+				want = append(want, o)
+			}
+		}
+		for _, desc := range []bool{false, true} {
+			slices.SortFunc(want, byName)
+			if desc {
+				slices.Reverse(want)
+			}
+			for _, first := range []int{1, 7, 40} {
+				q := Query{Filter: f, Order: Order{Field: OrderName, Desc: desc}, First: first, Access: &Access{All: true}}
+				checkPaged(t, s, q, want, fmt.Sprintf("namespaces %v desc %v first %d", f.Namespaces, desc, first))
+			}
+		}
+	}
+}
