@@ -259,9 +259,11 @@ type AgentStats struct {
 	// synced), as for a row TooBig counts; for an RBAC row, a delta sends
 	// a delete of its key and a snapshot omits it.
 	OverQuota uint64
-	// Placeholders counts the placeholders sent for rows held back
-	// (OverQuota, TooBig), each time one is sent: an RBAC row, or a row
-	// whose key alone is over a quota, gets none.
+	// Placeholders counts the placeholders encoded for sending in place
+	// of rows held back (OverQuota, TooBig): one each time such a row
+	// goes into a snapshot or a delta, counted when encoded, so one whose
+	// send then fails (the connection lost) counts too. An RBAC row, or a
+	// row whose key alone is over a quota, gets none.
 	Placeholders uint64
 	// DeltasInSnapshot counts deltas sent between the parts of a
 	// snapshot (FeatureDeltasInSnapshot).

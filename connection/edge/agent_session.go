@@ -570,7 +570,8 @@ func (s *agentSession) sendDelta(ctx context.Context, ups []index.Object, dels [
 //     Counted and logged the same way, as the quota "encoding";
 //   - too large for any message. Counted in AgentStats.TooBig.
 //
-// Each placeholder sent is counted in AgentStats.Placeholders.
+// Each placeholder returned is counted in AgentStats.Placeholders, when
+// encoded, whether or not its message is then sent.
 //
 // No row is cut to fit: a cut RBAC subject or rule string could grant
 // access to someone else, and any other cut row would show the manager a
