@@ -198,7 +198,7 @@ type overQuotaProblem struct {
 // manager's per-row quotas, and logs the first row of each kind over each
 // quota: a resync sends every row again, so a line per row would repeat
 // every resync for as long as the object exists. AgentStats.OverQuota
-// keeps counting (each resync counts the row again).
+// keeps counting (each snapshot or delta counts the row again).
 func (a *Agent) noteOverQuota(row *index.Object, over *rowOverQuota) {
 	a.stats.overQuota.Add(1)
 	p := overQuotaProblem{group: row.Group, kind: row.Kind, quota: over.quota}
@@ -254,7 +254,8 @@ type AgentStats struct {
 	// manager's per-row quotas (Welcome.MaxLabelsPerRow, MaxStringBytes)
 	// or the index's rules (index.ValidateRow), or do not encode: sent,
 	// they would end the session. A row is counted each time it is not
-	// sent (each resync), and logged once per kind and quota. The edge
+	// sent (each snapshot or delta it would have gone into), and logged
+	// once per kind and quota. The edge
 	// sends a placeholder of the object instead (status Unknown, not
 	// synced), as for a row TooBig counts; for an RBAC row, a delta sends
 	// a delete of its key and a snapshot omits it.

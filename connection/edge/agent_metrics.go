@@ -26,7 +26,7 @@ var agentMetrics = []agentMetric{
 	agentCounter("snapshot_parts_sent_total", "Parts of snapshots sent.", func(s AgentStats) uint64 { return s.Parts }),
 	agentCounter("snapshot_rows_sent_total", "Rows sent in snapshots.", func(s AgentStats) uint64 { return s.Rows }),
 	agentCounter("rows_too_big_total", "Rows not sent because no message could carry them.", func(s AgentStats) uint64 { return s.TooBig }),
-	agentCounter("rows_over_quota_total", "Rows not sent because they are over one of the manager's per-row quotas or the index's rules, or do not encode; counted at each resync.", func(s AgentStats) uint64 { return s.OverQuota }),
+	agentCounter("rows_over_quota_total", "Rows not sent because they are over one of the manager's per-row quotas or the index's rules, or do not encode; counted each time such a row goes into a snapshot or a delta.", func(s AgentStats) uint64 { return s.OverQuota }),
 	agentCounter("placeholders_sent_total", "Placeholders (status Unknown, not synced) encoded for sending in place of rows too big or over a quota: one each time such a row goes into a snapshot or a delta, counted when encoded, so one whose send then fails counts too.", func(s AgentStats) uint64 { return s.Placeholders }),
 	agentCounter("deltas_in_snapshot_total", "Deltas sent between the parts of a snapshot.", func(s AgentStats) uint64 { return s.DeltasInSnapshot }),
 	agentCounter("delta_budget_spent_total", "Snapshots during which deltas waited for the snapshot's end, the manager's allowance for them spent.", func(s AgentStats) uint64 { return s.DeltaBudgetSpent }),
