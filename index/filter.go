@@ -349,7 +349,7 @@ func (p *plan) aggregatable() bool {
 // filters.
 func (p *plan) cellMatches(key uint32) bool {
 	kid, st := key>>3, uint8(key&7)
-	if p.kids != nil && (int(kid) >= len(p.kids) || !p.kids[kid]) {
+	if p.kids != nil && !p.wantsKind(kid) {
 		return false
 	}
 	return p.statuses == 0 || p.statuses&(1<<st) != 0
@@ -365,7 +365,7 @@ func (p *plan) matchFilter(r *objRow) bool {
 	if !p.clusters.has(r.cid) || !p.nss.has(r.nsid) {
 		return false
 	}
-	if p.kids != nil && (int(r.kind.kid) >= len(p.kids) || !p.kids[r.kind.kid]) {
+	if p.kids != nil && !p.wantsKind(r.kind.kid) {
 		return false
 	}
 	if p.statuses != 0 && p.statuses&(1<<r.status) == 0 {

@@ -140,7 +140,7 @@ func (p *plan) scan(src source, v visitor) error {
 			src.list.each(func(rid uint32) bool {
 				kid := kids[i]
 				i++
-				if int(kid) >= len(p.kids) || !p.kids[kid] {
+				if !p.wantsKind(kid) {
 					return true
 				}
 				return v.visit(rid, butKinds)
@@ -193,8 +193,12 @@ func (p *plan) visitRow(v visitor, rid uint32, exact, butKinds bool) bool {
 	if exact || p.kids == nil {
 		return v.visit(rid, exact)
 	}
-	if kid := p.x.kidOf[rid]; int(kid) >= len(p.kids) || !p.kids[kid] {
+	if !p.wantsKind(p.x.kidOf[rid]) {
 		return true
 	}
 	return v.visit(rid, butKinds)
 }
+
+// wantsKind reports whether the page's kinds filter (p.kids, set) takes
+// rows of kind id kid.
+func (p *plan) wantsKind(kid uint32) bool { return int(kid) < len(p.kids) && p.kids[kid] }
