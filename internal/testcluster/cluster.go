@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -301,7 +302,10 @@ func (c *Cluster) Start(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		readServing(stdout, logFile, serving)
-		_ = cmd.Wait() // the exit status is visible in the log; callers see readiness
+		// The exit status goes to the log, where a start that failed
+		// shows it: a crash and a kill read alike from the outside.
+		_ = cmd.Wait()
+		_, _ = fmt.Fprintf(logFile, "%s%v\n", exitedPrefix, cmd.ProcessState)
 		_ = logFile.Close()
 		close(done)
 	}()
@@ -337,6 +341,10 @@ func readServing(stdout io.Reader, log io.Writer, serving chan<- string) {
 		_, _ = fmt.Fprintln(log, line)
 	}
 }
+
+// exitedPrefix starts the line the log ends with once the control plane
+// has exited, followed by its exit status.
+const exitedPrefix = "testcluster: kube-testenv exited: "
 
 // servingPrefix starts the line on which kube-testenv reports its API
 // server's host:port (testenv/cmd/kube-testenv's ServingPrefix).
@@ -522,7 +530,10 @@ func (c *Cluster) Close() error {
 	return err
 }
 
-// LogTail returns the last n lines of the control plane's log.
+// LogTail returns the last n lines of the control plane's log, which end
+// with its exit status once it has exited. If the log holds a crash whose
+// first lines are not in the tail (a goroutine dump pushes them far out),
+// those come first, then "...".
 func (c *Cluster) LogTail(n int) string {
 	data, err := os.ReadFile(c.logPath)
 	if err != nil {
@@ -532,7 +543,30 @@ func (c *Cluster) LogTail(n int) string {
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
-	return string(bytes.Join(lines, []byte("\n")))
+	tail := string(bytes.Join(lines, []byte("\n")))
+	crash := crashLines(data, 12)
+	if crash == "" || strings.Contains(tail, crash) {
+		return tail
+	}
+	return crash + "\n...\n" + tail
+}
+
+// crashMarker matches the first line of a Go panic, a runtime fatal error,
+// a race report and a klog fatal (F and the date, as in F1127 09:25:47).
+var crashMarker = regexp.MustCompile(`(?m)^(panic: |fatal error: |WARNING: DATA RACE|F\d{4} \d)`)
+
+// crashLines returns the first crash's first line and up to n lines after
+// it, or "" if the log has none.
+func crashLines(log []byte, n int) string {
+	loc := crashMarker.FindIndex(log)
+	if loc == nil {
+		return ""
+	}
+	lines := bytes.SplitN(log[loc[0]:], []byte("\n"), n+2)
+	if len(lines) > n+1 {
+		lines = lines[:n+1]
+	}
+	return string(bytes.TrimRight(bytes.Join(lines, []byte("\n")), "\n"))
 }
 
 // findBinary locates kube-testenv: an explicit path, $FLEETGRAPH_TESTENV

@@ -404,3 +404,39 @@ func TestMissingBinaryFromTheEnvironmentIsAnError(t *testing.T) {
 		t.Fatalf("want an error naming %s and the missing path, got %v", EnvBinary, err)
 	}
 }
+
+// TestCrashWhileStartingShowsItsCause starts a "control plane" that
+// crashes as kube-testenv did once in CI: a panic, then a goroutine dump
+// far longer than the log tail. The start's error must show the panic's
+// first lines, the dump's end and the exit status, not only the end.
+func TestCrashWhileStartingShowsItsCause(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "crashing-testenv")
+	script := "#!/bin/sh\n" +
+		"echo 'panic: runtime error: invalid memory address or nil pointer dereference' >&2\n" +
+		"echo 'goroutine 283 [running]:' >&2\n" +
+		"echo 'k8s.io/klog/v2.Background()' >&2\n" +
+		"i=0; while [ $i -lt 200 ]; do echo \"frame $i\" >&2; i=$((i+1)); done\n" +
+		"echo 'created by main.run in goroutine 1' >&2\n" +
+		"exit 2\n"
+	if err := os.WriteFile(bin, []byte(script), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	_, err := New(t.Context(), Options{Name: "crash", Binary: bin})
+	if err == nil {
+		t.Fatal("a control plane that exits while starting started")
+	}
+	for _, want := range []string{
+		"control plane exited while starting",
+		"panic: runtime error: invalid memory address or nil pointer dereference",
+		"k8s.io/klog/v2.Background()",
+		"created by main.run in goroutine 1",
+		exitedPrefix + "exit status 2",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("start error lacks %q:\n%v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "frame 100\n") {
+		t.Errorf("start error shows the whole dump:\n%v", err)
+	}
+}

@@ -31,6 +31,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -71,7 +72,7 @@ const controllerResync = 5 * time.Minute
 
 func main() {
 	logs.InitLogs()
-	err := run()
+	err := run(genericapiserver.SetupSignalContext(), os.Args[1:], os.Stdout)
 	logs.FlushLogs()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kube-testenv:", err)
@@ -79,16 +80,25 @@ func main() {
 	}
 }
 
-func run() error {
+// run serves a control plane until ctx ends, writing the serving line to
+// stdout. Every process-wide setting (feature gates, klog's logger and
+// verbosity, client-go's warning handler) is made before the first other
+// goroutine starts: etcd's gRPC server and the controllers' clients log
+// through klog, and replacing its logger while they do is a data race
+// that can crash the process as it starts.
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("kube-testenv", flag.ContinueOnError)
 	var (
-		dataDir   = flag.String("data-dir", "", "directory for etcd data, certificates and keys (required; reused on restart)")
-		tokenFile = flag.String("token-auth-file", "", "kube-apiserver --token-auth-file CSV (required)")
-		ctlToken  = flag.String("controller-token", "", "system:masters token the in-process controllers use (optional)")
-		verbosity = flag.Int("v", 0, "kube-apiserver log verbosity")
+		dataDir   = fs.String("data-dir", "", "directory for etcd data, certificates and keys (required; reused on restart)")
+		tokenFile = fs.String("token-auth-file", "", "kube-apiserver --token-auth-file CSV (required)")
+		ctlToken  = fs.String("controller-token", "", "system:masters token the in-process controllers use (optional)")
+		verbosity = fs.Int("v", 0, "kube-apiserver log verbosity")
 	)
-	flag.Parse()
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
 	if *dataDir == "" || *tokenFile == "" {
-		flag.Usage()
+		fs.Usage()
 		return errors.New("--data-dir and --token-auth-file are required")
 	}
 
@@ -96,12 +106,6 @@ func run() error {
 	if err := ensureServiceAccountKey(saKey); err != nil {
 		return err
 	}
-
-	etcd, err := startEtcd(filepath.Join(*dataDir, "etcd"))
-	if err != nil {
-		return err
-	}
-	defer etcd.Close()
 
 	// The kernel picks the API server's port: no other process can be
 	// handed it, so two control planes starting at once never collide.
@@ -111,19 +115,7 @@ func run() error {
 	}
 	addr := ln.Addr().String()
 
-	ctx := genericapiserver.SetupSignalContext()
-	if *ctlToken != "" {
-		cfg := &rest.Config{
-			Host:            "https://" + addr,
-			BearerToken:     *ctlToken,
-			TLSClientConfig: rest.TLSClientConfig{CAFile: filepath.Join(*dataDir, "certs", "apiserver.crt")},
-		}
-		// Informers retry until the API server below is serving.
-		go runControllers(ctx, cfg)
-	}
-
-	opts, err := apiServerOptions(ctx, ln, []string{
-		"--etcd-servers=http://" + etcd.Clients[0].Addr().String(),
+	s, err := apiServerFlags(ln, []string{
 		"--advertise-address=127.0.0.1",
 		"--cert-dir=" + filepath.Join(*dataDir, "certs"),
 		"--authorization-mode=RBAC",
@@ -143,9 +135,32 @@ func run() error {
 	if err != nil {
 		return err
 	}
+
+	etcd, err := startEtcd(filepath.Join(*dataDir, "etcd"))
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+	s.Etcd.StorageConfig.Transport.ServerList = []string{"http://" + etcd.Clients[0].Addr().String()}
+	opts, err := completeOptions(ctx, s)
+	if err != nil {
+		return err
+	}
+
+	if *ctlToken != "" {
+		cfg := &rest.Config{
+			Host:            "https://" + addr,
+			BearerToken:     *ctlToken,
+			TLSClientConfig: rest.TLSClientConfig{CAFile: filepath.Join(*dataDir, "certs", "apiserver.crt")},
+		}
+		// Informers retry until the API server below is serving.
+		go runControllers(ctx, cfg)
+	}
 	// The one line this process writes to stdout: the caller reads the
 	// address from it, then waits for /readyz.
-	fmt.Println(servingPrefix + addr)
+	if _, err := fmt.Fprintln(stdout, servingPrefix+addr); err != nil {
+		return fmt.Errorf("report the serving address: %w", err)
+	}
 	return app.Run(ctx, opts)
 }
 
@@ -153,31 +168,37 @@ func run() error {
 // address, as host:port. internal/testcluster reads it.
 const servingPrefix = "kube-testenv: serving on "
 
-// apiServerOptions parses kube-apiserver flags into completed, validated
-// options that serve on ln. This is what kube-apiserver's command does,
-// except that the listener is given instead of opened from --secure-port,
-// which cannot ask for a port the kernel picks (0 turns serving off).
-func apiServerOptions(ctx context.Context, ln net.Listener, args []string) (options.CompletedOptions, error) {
+// apiServerFlags parses kube-apiserver flags into options that serve on
+// ln, and applies their process-wide settings (feature gates, logging), as
+// kube-apiserver's command does before it starts anything. The listener
+// is given instead of opened from --secure-port, which cannot ask for a
+// port the kernel picks (0 turns serving off).
+func apiServerFlags(ln net.Listener, args []string) (*options.ServerRunOptions, error) {
 	s := options.NewServerRunOptions()
 	fs := pflag.NewFlagSet("kube-apiserver", pflag.ContinueOnError)
 	for _, f := range s.Flags().FlagSets {
 		fs.AddFlagSet(f)
 	}
 	if err := fs.Parse(args); err != nil {
-		return options.CompletedOptions{}, fmt.Errorf("kube-apiserver flags: %w", err)
+		return nil, fmt.Errorf("kube-apiserver flags: %w", err)
 	}
 	s.SecureServing.Listener = ln
 	s.SecureServing.BindPort = ln.Addr().(*net.TCPAddr).Port
 
 	registry := s.GenericServerRunOptions.ComponentGlobalsRegistry
 	if err := registry.Set(); err != nil {
-		return options.CompletedOptions{}, err
+		return nil, err
 	}
 	// As kube-apiserver: its loopback clients log no self-issued warnings.
 	rest.SetDefaultWarningHandler(rest.NoWarnings{})
 	if err := logsapi.ValidateAndApply(s.Logs, registry.FeatureGateFor(basecompatibility.DefaultKubeComponent)); err != nil {
-		return options.CompletedOptions{}, err
+		return nil, err
 	}
+	return s, nil
+}
+
+// completeOptions completes and validates s, once its etcd address is set.
+func completeOptions(ctx context.Context, s *options.ServerRunOptions) (options.CompletedOptions, error) {
 	completed, err := s.Complete(ctx)
 	if err != nil {
 		return options.CompletedOptions{}, err
