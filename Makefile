@@ -41,7 +41,7 @@ UI_DEPS := ui/node_modules/.package-lock.json
 # drives it with playwright-core); installed once, as root.
 CHROMIUM := /usr/bin/chromium
 
-TESTENV_SRC := $(shell find testenv -name '*.go' -not -path '*/rbacdiff/*') testenv/go.mod testenv/go.sum Makefile
+TESTENV_SRC := $(shell find testenv -name '*.go' -not -name '*_test.go' -not -path '*/rbacdiff/*') testenv/go.mod testenv/go.sum Makefile
 
 .PHONY: all build test test-unit test-root test-testenv test-fleetbench test-chart chart-rbac helm image lint-dockerfile test-fuzz check-generated lint demo testenv crds \
 	bench-index bench-scale bench-authz bench-collector bench-fleet bench-edge bench-replication bench-graph bench-isolation bench-ui bench-compare bench-servers test-rbac-full test-conformance clean

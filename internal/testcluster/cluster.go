@@ -58,10 +58,6 @@ type Options struct {
 	Users []User
 	// Binary overrides the kube-testenv path.
 	Binary string
-	// LogOutput, if set, receives the control plane's log; by default it
-	// goes to a file in the data directory and its tail is shown on
-	// failure.
-	LogOutput *os.File
 }
 
 // Cluster is one running (or stopped) control plane. Its methods are safe
@@ -347,7 +343,7 @@ func readServing(stdout io.Reader, log io.Writer, serving chan<- string) {
 const exitedPrefix = "testcluster: kube-testenv exited: "
 
 // servingPrefix starts the line on which kube-testenv reports its API
-// server's host:port (testenv/cmd/kube-testenv's ServingPrefix).
+// server's host:port (testenv/cmd/kube-testenv's servingPrefix).
 const servingPrefix = "kube-testenv: serving on "
 
 // waitServing waits for the control plane to report the address the

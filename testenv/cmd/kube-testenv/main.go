@@ -82,10 +82,10 @@ func main() {
 
 // run serves a control plane until ctx ends, writing the serving line to
 // stdout. Every process-wide setting (feature gates, klog's logger and
-// verbosity, client-go's warning handler) is made before the first other
-// goroutine starts: etcd's gRPC server and the controllers' clients log
-// through klog, and replacing its logger while they do is a data race
-// that can crash the process as it starts.
+// verbosity, client-go's warning handler) is made before etcd and the
+// controllers start: their goroutines log through klog from the first
+// moment, and replacing its logger while they do is a data race that can
+// crash the process as it starts.
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("kube-testenv", flag.ContinueOnError)
 	var (
