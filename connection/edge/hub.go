@@ -189,7 +189,9 @@ func setDefault(d *time.Duration, v time.Duration) {
 // goroutine applies messages and owns the cluster row while its session
 // holds the claim. mu guards claims and the running state. Run's context
 // is the parent of every session: when it ends, sessions close with
-// ReasonShutdown, and Run returns after the last handler has.
+// ReasonShutdown, every connection is cut off shutdownGrace later if it
+// has not closed by then (an edge that stopped reading), and Run returns
+// after the last handler has.
 type Hub struct {
 	opts    HubOptions
 	metrics *hubMetrics
@@ -344,6 +346,10 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serve runs the handshake and, when it succeeds, the session. It calls
 // handshakeDone once the Hello's verdict is known.
 func (h *Hub) serve(ctx context.Context, conn *conn, remote string, handshakeDone func()) {
+	// At shutdown whatever the connection still does (a write to an edge
+	// that stopped reading, the Reject, the close) gets shutdownGrace.
+	stop := context.AfterFunc(ctx, func() { conn.cutOff(shutdownGrace, "the manager is shutting down") })
+	defer stop()
 	log := h.opts.Logger.With("remote", remote)
 	hello, err := readHello(conn, h.opts.HelloTimeout)
 	if err != nil {
@@ -551,8 +557,11 @@ func (h *Hub) release(s *session) {
 // session's rows (review-s12 L2: the withhold blanked the RBAC rows the
 // new session's snapshot had just written). The caller keeps Claim out
 // until Disown returns (the replication collector holds the cluster's
-// lock for both). The wait is bounded by the session's own end: its
-// Reject's write and close handshake (writeTimeout, closeGrace).
+// lock for both). The wait is bounded: the connection gets shutdownGrace
+// for what it still writes (the Reject) and its close handshake, and is
+// cut off then, so an edge that stopped reading holds neither the
+// collector's shutdown nor the cluster's lock for writeTimeout. The
+// session's own last steps (a withhold, the release) are not cut off.
 // A session whose Claim passed before Disown and that is not yet active
 // is refused (grace_period, retry in 1 s) rather than welcomed after it.
 func (h *Hub) Disown(cluster, why string) { h.DisownAll([]string{cluster}, why) }
@@ -560,9 +569,8 @@ func (h *Hub) Disown(cluster, why string) { h.DisownAll([]string{cluster}, why) 
 // DisownAll is Disown for many clusters: it ends every one of their
 // sessions first and then waits for them all, so that releasing many
 // clusters (the collector at shutdown) costs the slowest session's end,
-// not the sum of them: a stalled edge's end takes up to writeTimeout +
-// closeGrace. The caller keeps Claim out for every cluster until
-// DisownAll returns.
+// not the sum of them: a stalled edge's end takes up to shutdownGrace.
+// The caller keeps Claim out for every cluster until DisownAll returns.
 func (h *Hub) DisownAll(clusters []string, why string) {
 	var ending []*session
 	h.mu.Lock()
@@ -575,6 +583,7 @@ func (h *Hub) DisownAll(clusters []string, why string) {
 	}
 	h.mu.Unlock()
 	for _, s := range ending {
+		s.conn.cutOff(shutdownGrace, why)
 		s.end(rejectf(ReasonSuperseded, "%s", why))
 	}
 	for _, s := range ending {

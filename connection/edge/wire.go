@@ -19,6 +19,24 @@ const (
 	// a 4 MiB message within it is gone or hopelessly slow; the session
 	// ends and the edge resyncs.
 	writeTimeout = 30 * time.Second
+	// shutdownGrace bounds what a connection the hub ends at shutdown
+	// (Run's context ends) or disowns (Hub.DisownAll, which the
+	// replication collector uses at shutdown) still does: a write in
+	// flight (an ack, a detail request), the Reject, the close
+	// handshake. Then the connection is cut off (conn.cutOff). A write
+	// to an edge that reads takes no time: what the manager sends is
+	// small, and the socket buffers take it at once. Only an edge that
+	// stopped reading with the buffers full makes a write wait, and
+	// under writeTimeout it held the hub's shutdown for about 32 s
+	// (writeTimeout + closeGrace): past cmd/fleetgraph's
+	// --shutdown-timeout (10 s), which then cut off everything else
+	// still stopping, and past Kubernetes' default 30 s grace period.
+	// Longer than closeGrace, so a live edge's close handshake is never
+	// cut; short enough that sessions end within 3 s of the shutdown
+	// (5 s when coder waits for the close of a session whose reader had
+	// stopped already, closeWith), leaving --shutdown-timeout to the
+	// collectors' publishing and lease writes, which run meanwhile.
+	shutdownGrace = 3 * time.Second
 )
 
 // conn is one end of an edge websocket, either side, over coder/websocket
@@ -43,11 +61,16 @@ const (
 // reader whose connection a stuck write closed, says what happened (see
 // deadline).
 //
+// Cut-off: cutOff ends ctx, the parent of every read and write, at a
+// time; coder then closes the connection, and whatever was still waiting
+// on it fails with the cut-off's cause (the hub at shutdown,
+// shutdownGrace).
+//
 // Concurrency: one goroutine reads (read, or close's wait for the peer);
 // writes and pings may come from any goroutine.
 type conn struct {
 	ws     *websocket.Conn
-	ctx    context.Context // the parent of every read; abort ends it
+	ctx    context.Context // the parent of every read and write; abort ends it
 	abort  context.CancelFunc
 	heardM sync.Mutex
 	heard  func() // resets the current read's liveness timer between messages; nil otherwise
@@ -128,10 +151,10 @@ func (c *conn) setCause(err error) {
 }
 
 // failed returns the error of a failed op: the conn's cause when err only
-// says that the connection is closed and a deadline of this end closed it,
-// else err.
+// says that the connection is closed or the op's context ended and a
+// deadline of this end did it, else err.
 func (c *conn) failed(op string, err error) error {
-	if errors.Is(err, net.ErrClosed) {
+	if errors.Is(err, net.ErrClosed) || errors.Is(err, context.Canceled) {
 		c.causeM.Lock()
 		cause := c.cause
 		c.causeM.Unlock()
@@ -216,14 +239,15 @@ func (p *progressReader) Read(b []byte) (int, error) {
 }
 
 // write encodes and writes one message. The caller serializes writes and
-// has set Seq and Time. A write that times out closes the connection.
+// has set Seq and Time. A write that times out (writeTimeout) or is cut
+// off (cutOff) closes the connection.
 func (c *conn) write(m *Message) (int, error) {
 	data, err := json.Marshal(m)
 	if err != nil {
 		return 0, fmt.Errorf("encode %s: %w", m.Type, err)
 	}
 	op := "write " + string(m.Type)
-	dl := c.deadline(context.Background(), writeTimeout, fmt.Errorf("%s: not written within %s", op, writeTimeout))
+	dl := c.deadline(c.ctx, writeTimeout, fmt.Errorf("%s: not written within %s", op, writeTimeout))
 	defer dl.stop()
 	err = c.ws.Write(dl.ctx, websocket.MessageText, data)
 	if why := dl.expired(); why != nil {
@@ -265,6 +289,19 @@ func (c *conn) closeWith(r *Reject) {
 		<-done
 	}
 	c.abort()
+}
+
+// cutOff ends, d from now, whatever the connection is doing then: a read,
+// a write waiting for a peer that stopped reading (coder closes the
+// connection when their context ends), the wait of closeWith. Operations
+// that fail for it report why. The first cut-off to fire wins; one that
+// fires after the connection closed does nothing.
+func (c *conn) cutOff(d time.Duration, why string) {
+	err := fmt.Errorf("%s: the connection did not close within %s", why, d)
+	time.AfterFunc(d, func() {
+		c.setCause(err)
+		c.abort()
+	})
 }
 
 // closeNow closes the connection without a close handshake.

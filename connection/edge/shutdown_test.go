@@ -1,0 +1,188 @@
+package edge
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/fleetgraph/fleetgraph/index"
+	"github.com/fleetgraph/fleetgraph/index/memtables"
+	"github.com/fleetgraph/fleetgraph/internal/conntest"
+)
+
+// stalledBuffer is the socket buffer each side of a stalled edge's
+// connection asks for (the kernel doubles it), and stalledWrite a write
+// that cannot fit in both: the hub's write waits for the edge to read.
+const (
+	stalledBuffer = 64 << 10
+	stalledWrite  = 4 << 20
+)
+
+// shutdownBound is the failure detector of TestShutdownCutsOffStalledEdges:
+// five times shutdownGrace (3 s), for a loaded machine, and half of
+// writeTimeout (30 s), which the hub waited before.
+const shutdownBound = 15 * time.Second
+
+// TestShutdownCutsOffStalledEdges: the hub ends the connections of edges
+// that stopped reading within shutdownGrace when it shuts down (Run's
+// context ends) or disowns their clusters (DisownAll, as the replication
+// collector does at shutdown), not writeTimeout: a stalled edge held the
+// manager's shutdown for about 32 s, past --shutdown-timeout and
+// Kubernetes' 30 s grace period. A Reject alone would not wait: it is
+// small and the socket takes it. Each edge here has stopped reading with
+// a detail request of stalledWrite bytes in flight, more than the socket
+// buffers hold, so the session's write lock is held by a write that
+// waits, and the Reject behind it; the cut-off ends both, through the
+// session's reader or, when that has returned already (a session refused
+// before the shutdown), through the write itself. PongWait is long, so the silent-peer
+// rule (which would close the connections at 15 s) does not end the
+// sessions first.
+func TestShutdownCutsOffStalledEdges(t *testing.T) {
+	clusters := []string{"edge-a", "edge-b", "edge-c"}
+	shutdown := func(_ *Hub, cancel context.CancelFunc, stopped <-chan struct{}) {
+		cancel()
+		<-stopped
+	}
+	for _, tc := range []struct {
+		name string
+		// refused: each edge sends a message out of sequence first, so
+		// its session is ending already (its reader has returned) and
+		// its Reject waits behind the detail request.
+		refused bool
+		end     func(h *Hub, cancel context.CancelFunc, stopped <-chan struct{})
+	}{
+		{name: "shutdown", end: shutdown},
+		{name: "shutdown of refused sessions", refused: true, end: shutdown},
+		{name: "disown all", end: func(h *Hub, _ context.CancelFunc, _ <-chan struct{}) {
+			h.DisownAll(clusters, "collector a is shutting down")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hub, err := NewHub(HubOptions{Store: index.New(memtables.Open), Tokens: NewStaticTokens(testTokens), PongWait: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			stopped := make(chan struct{})
+			go func() {
+				defer close(stopped)
+				if err := hub.Run(ctx); err != nil {
+					t.Errorf("hub: %v", err)
+				}
+			}()
+			srv := httptest.NewUnstartedServer(hub)
+			srv.Listener = smallSendBuffers{Listener: srv.Listener, t: t}
+			srv.Start()
+			t.Cleanup(func() {
+				cancel()
+				<-stopped
+				srv.Close()
+			})
+			url := "ws" + strings.TrimPrefix(srv.URL, "http") + "/edge"
+
+			details := make(chan error, len(clusters))
+			for _, cluster := range clusters {
+				c := dialStalled(t, url)
+				c.welcome(cluster, cluster+"-1") // and reads nothing more
+				cfg, err := hub.RESTConfig(cluster)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, tunnelHost+"/api/v1/pods", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("Impersonate-User", strings.Repeat("x", stalledWrite))
+				go func() {
+					_, err := cfg.Transport.RoundTrip(req) //nolint:bodyclose // an error is expected: no body
+					details <- err
+				}()
+				s, _ := hub.active(cluster)
+				conntest.Eventually(t, 10*time.Second, "the detail request to "+cluster+" holds the session's writes", func() error {
+					if s.writeMu.TryLock() {
+						s.writeMu.Unlock()
+						return errString("not written yet, or written (the socket buffers took it)")
+					}
+					return nil
+				})
+				if tc.refused {
+					c.send(&Message{Type: TypeDelta, Seq: 99, Delta: &Delta{}})
+					<-s.stop
+				}
+			}
+
+			start := time.Now()
+			ended := make(chan struct{})
+			go func() {
+				defer close(ended)
+				tc.end(hub, cancel, stopped)
+			}()
+			select {
+			case <-ended:
+			case <-time.After(shutdownBound):
+				t.Fatalf("%s had not returned %s after it started: the stalled edges' writes wait for writeTimeout (%s), not shutdownGrace (%s)",
+					tc.name, shutdownBound, writeTimeout, shutdownGrace)
+			}
+			t.Logf("%s returned after %s with %d stalled edges", tc.name, time.Since(start).Round(time.Millisecond), len(clusters))
+			for range clusters {
+				if err := <-details; err == nil {
+					t.Error("a detail request to a stalled edge succeeded")
+				}
+			}
+		})
+	}
+}
+
+// dialStalled dials the hub as a raw client without compression whose
+// socket takes about 2*stalledBuffer bytes it has not read: once it stops
+// reading, a larger write of the hub waits.
+func dialStalled(t *testing.T, url string) *rawClient {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c := newConn()
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		if err := nc.(*net.TCPConn).SetReadBuffer(stalledBuffer); err != nil {
+			_ = nc.Close() // failed already
+			return nil, err
+		}
+		return nc, nil
+	}}}
+	ws, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{ //nolint:bodyclose // coder closes it
+		HTTPClient: client, Subprotocols: []string{Subprotocol}, CompressionMode: websocket.CompressionDisabled, OnPongReceived: c.pong,
+	})
+	if err != nil {
+		t.Fatalf("dial %s: %v", url, err)
+	}
+	c.ws = ws
+	t.Cleanup(c.closeNow)
+	return &rawClient{t: t, conn: c}
+}
+
+// smallSendBuffers gives each connection it accepts a send buffer of
+// stalledBuffer.
+type smallSendBuffers struct {
+	net.Listener
+	t *testing.T
+}
+
+func (l smallSendBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.(*net.TCPConn).SetWriteBuffer(stalledBuffer); err != nil {
+		l.t.Errorf("setting the send buffer: %v", err)
+	}
+	return c, nil
+}
