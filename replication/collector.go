@@ -537,8 +537,9 @@ func (c *Collector) removeCluster(ctx context.Context, name string) {
 // Its deadline bounds the Node's publishing and the lease writes, which
 // go first for every cluster; then the push clusters' edge sessions are
 // ended all at once and waited for (Hub.DisownAll), so that stalled edges
-// cost one session's end (up to about 32 s), not one each, and no
-// cluster's release waits behind another's session. That wait is not cut
+// cost one session's end (the hub cuts a disowned connection off after
+// 3 s), not one each, and no cluster's release waits behind another's
+// session. That wait is not cut
 // at the deadline: every cluster lock is held until it returns, so no
 // edge claims a cluster here again before its old session ended; Hub.Run
 // waits for the same sessions anyway.
