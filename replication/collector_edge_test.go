@@ -78,8 +78,10 @@ func TestReleaseAllDisownsLast(t *testing.T) {
 				return
 			}
 			l.reason, l.held = m.Reject.Reason, a.holds()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
 			for _, c := range clusters {
-				lease, err := lt.kube.CoordinationV1().Leases(lt.ns).Get(context.Background(), clusterLeaseName(c), metav1.GetOptions{})
+				lease, err := lt.kube.CoordinationV1().Leases(lt.ns).Get(ctx, clusterLeaseName(c), metav1.GetOptions{})
 				if err != nil {
 					l.err = err
 					return
@@ -105,7 +107,7 @@ func TestReleaseAllDisownsLast(t *testing.T) {
 		case l.reason != edge.ReasonSuperseded:
 			t.Errorf("edge of %s was rejected with %s, want %s", l.cluster, l.reason, edge.ReasonSuperseded)
 		case len(l.held) > 0 || len(l.leased) > 0:
-			t.Errorf("the edge of %s was told to go while collector a still held %v and the leases of %v: releaseAll ended a session before it stopped and released every cluster",
+			t.Errorf("the edge of %s was told to go while collector a still held %v and the leases of %v: releaseAll ended a session before it stopped and released every cluster (or a lease release failed: see the log)",
 				l.cluster, l.held, l.leased)
 		}
 	}

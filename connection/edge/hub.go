@@ -569,7 +569,8 @@ func (h *Hub) Disown(cluster, why string) { h.DisownAll([]string{cluster}, why) 
 // DisownAll is Disown for many clusters: it ends every one of their
 // sessions first and then waits for them all, so that releasing many
 // clusters (the collector at shutdown) costs the slowest session's end,
-// not the sum of them: a stalled edge's end takes up to shutdownGrace.
+// not the sum of them: a stalled edge's end takes about shutdownGrace
+// (at worst about 8 s, see shutdownGrace).
 // The caller keeps Claim out for every cluster until DisownAll returns.
 func (h *Hub) DisownAll(clusters []string, why string) {
 	var ending []*session

@@ -468,7 +468,7 @@ func TestDisownWaitsForTheSession(t *testing.T) {
 // TestDisownAllEndsEverySessionFirst: releasing many clusters at once
 // (the replication collector at shutdown) ends every session before it
 // waits for any, so stalled edges cost one session's end, not one each
-// (a stalled edge's end takes up to writeTimeout + closeGrace). Each
+// (a stalled edge's end takes about shutdownGrace). Each
 // session is held at its last step (Claims.Released) until all three
 // have come there; none can end before then, so a DisownAll that waited
 // for one session before it ended the next never gets the second there.

@@ -31,10 +31,15 @@ const (
 	// (writeTimeout + closeGrace): past cmd/fleetgraph's
 	// --shutdown-timeout (10 s), which then cut off everything else
 	// still stopping, and past Kubernetes' default 30 s grace period.
-	// Longer than closeGrace, so a live edge's close handshake is never
-	// cut; short enough that sessions end within 3 s of the shutdown
-	// (5 s when coder waits for the close of a session whose reader had
-	// stopped already, closeWith), leaving --shutdown-timeout to the
+	// Longer than closeGrace, so a live edge that is not held up by an
+	// apply in progress takes its Reject and closes before the cut (if
+	// the cut comes first, the edge sees a lost connection instead of
+	// the reason and reconnects as it would have; nothing is lost).
+	// Short enough that sessions end within about 3 s of the shutdown,
+	// and within about 8 s in the worst case: a session whose reader had
+	// stopped and which entered coder's Close before the cut waits for
+	// coder's own 5 s close handshake, which a cut does not shorten
+	// (closeWith). Both leave --shutdown-timeout (10 s) to the
 	// collectors' publishing and lease writes, which run meanwhile.
 	shutdownGrace = 3 * time.Second
 )
@@ -293,9 +298,12 @@ func (c *conn) closeWith(r *Reject) {
 
 // cutOff ends, d from now, whatever the connection is doing then: a read,
 // a write waiting for a peer that stopped reading (coder closes the
-// connection when their context ends), the wait of closeWith. Operations
-// that fail for it report why. The first cut-off to fire wins; one that
-// fires after the connection closed does nothing.
+// connection when their context ends), the wait of closeWith, but not a
+// Close that coder is already running (its handshake has a 5 s bound of
+// its own). Operations that fail for it report why; the first cut-off to
+// fire wins. The timer is not stopped when the connection closes first:
+// it fires on a closed connection, where it changes nothing a caller
+// sees, and keeps the connection's memory for at most d.
 func (c *conn) cutOff(d time.Duration, why string) {
 	err := fmt.Errorf("%s: the connection did not close within %s", why, d)
 	time.AfterFunc(d, func() {
