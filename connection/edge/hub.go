@@ -487,7 +487,7 @@ func (h *Hub) acquire(ctx context.Context, s *session) error {
 		case c.active != nil && c.instance == hello.Instance && !superseded:
 			old := c.active
 			h.mu.Unlock()
-			old.end(rejectf(ReasonSuperseded, "edge instance %q connected again", hello.Instance))
+			old.endCut(rejectf(ReasonSuperseded, "edge instance %q connected again", hello.Instance))
 			<-old.done
 			superseded = true
 			continue
@@ -525,9 +525,9 @@ func (h *Hub) recheckTokens() {
 	for _, s := range sessions {
 		switch cluster, ok := h.opts.Tokens.Cluster(s.hello.Token); {
 		case !ok:
-			s.end(rejectf(ReasonUnauthorized, "the edge token was revoked"))
+			s.endCut(rejectf(ReasonUnauthorized, "the edge token was revoked"))
 		case cluster != s.cluster:
-			s.end(rejectf(ReasonUnauthorized, "the edge token now names another cluster"))
+			s.endCut(rejectf(ReasonUnauthorized, "the edge token now names another cluster"))
 		}
 	}
 }
@@ -584,8 +584,7 @@ func (h *Hub) DisownAll(clusters []string, why string) {
 	}
 	h.mu.Unlock()
 	for _, s := range ending {
-		s.conn.cutOff(shutdownGrace, why)
-		s.end(rejectf(ReasonSuperseded, "%s", why))
+		s.endCut(rejectf(ReasonSuperseded, "%s", why))
 	}
 	for _, s := range ending {
 		<-s.done

@@ -230,6 +230,18 @@ func (s *session) end(err error) {
 	})
 }
 
+// endCut ends the session for a reason of the hub's (a Disown, a new
+// session of the same edge instance, a revoked token) and cuts its
+// connection off shutdownGrace later: what it still writes (a write in
+// flight, the Reject) and its close get that long, so an edge that
+// stopped reading does not hold the session's end for writeTimeout, nor
+// what waits for it (DisownAll's caller; the superseding session, which
+// holds a handshake slot meanwhile). The reason is also the cut-off's.
+func (s *session) endCut(rej *RejectError) {
+	s.conn.cutOff(shutdownGrace, rej.Message)
+	s.end(rej)
+}
+
 // write sends one message, numbering it.
 func (s *session) write(m *Message) error {
 	s.writeMu.Lock()

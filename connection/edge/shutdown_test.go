@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -34,7 +35,10 @@ const shutdownBound = 15 * time.Second
 // context ends) or disowns their clusters (DisownAll, as the replication
 // collector does at shutdown), not writeTimeout: a stalled edge held the
 // manager's shutdown for about 32 s, past --shutdown-timeout and
-// Kubernetes' 30 s grace period. A Reject alone would not wait: it is
+// Kubernetes' 30 s grace period. So it does when a new connection of the
+// same edge instance supersedes a stalled session (the new one waits for
+// the old one's end, holding a handshake slot) and when an edge's token is
+// revoked. A Reject alone would not wait: it is
 // small and the socket takes it. Each edge here has stopped reading with
 // a detail request of stalledWrite bytes in flight, more than the socket
 // buffers hold, so the session's write lock is held by a write that
@@ -45,9 +49,10 @@ const shutdownBound = 15 * time.Second
 // sessions first.
 func TestShutdownCutsOffStalledEdges(t *testing.T) {
 	clusters := []string{"edge-a", "edge-b", "edge-c"}
-	shutdown := func(_ *Hub, cancel context.CancelFunc, stopped <-chan struct{}) {
+	shutdown := func(_ *Hub, cancel context.CancelFunc, stopped <-chan struct{}, _ []*session, _ []*rawClient) error {
 		cancel()
 		<-stopped
+		return nil
 	}
 	for _, tc := range []struct {
 		name string
@@ -55,16 +60,49 @@ func TestShutdownCutsOffStalledEdges(t *testing.T) {
 		// its session is ending already (its reader has returned) and
 		// its Reject waits behind the detail request.
 		refused bool
-		end     func(h *Hub, cancel context.CancelFunc, stopped <-chan struct{})
+		// again: a second connection of each edge instance is dialed
+		// before end, which says Hello on it.
+		again bool
+		end   func(h *Hub, cancel context.CancelFunc, stopped <-chan struct{}, stalled []*session, again []*rawClient) error
 	}{
 		{name: "shutdown", end: shutdown},
 		{name: "shutdown of refused sessions", refused: true, end: shutdown},
-		{name: "disown all", end: func(h *Hub, _ context.CancelFunc, _ <-chan struct{}) {
+		{name: "disown all", end: func(h *Hub, _ context.CancelFunc, _ <-chan struct{}, _ []*session, _ []*rawClient) error {
 			h.DisownAll(clusters, "collector a is shutting down")
+			return nil
+		}},
+		{name: "superseded", again: true, end: func(_ *Hub, _ context.CancelFunc, _ <-chan struct{}, _ []*session, again []*rawClient) error {
+			for i, c := range again {
+				c.seq = 1
+				hello := &Hello{Version: ProtocolVersion, Cluster: clusters[i], Instance: clusters[i] + "-1", Token: tokenFor(clusters[i])}
+				if _, err := c.conn.write(&Message{Type: TypeHello, Seq: 1, Time: time.Now(), Hello: hello}); err != nil {
+					return fmt.Errorf("hello again for %s: %w", clusters[i], err)
+				}
+			}
+			for i, c := range again {
+				m, err := c.read()
+				if err != nil {
+					return fmt.Errorf("the answer to hello again for %s: %w", clusters[i], err)
+				}
+				if m.Type != TypeWelcome {
+					return fmt.Errorf("hello again for %s: got %s %+v, want a welcome", clusters[i], m.Type, m.Reject)
+				}
+			}
+			return nil
+		}},
+		{name: "token revoked", end: func(h *Hub, _ context.CancelFunc, _ <-chan struct{}, stalled []*session, _ []*rawClient) error {
+			h.opts.Tokens.(*revocableTokens).revoked.Store(true)
+			h.recheckTokens()
+			for _, s := range stalled {
+				<-s.done
+			}
+			return nil
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			hub, err := NewHub(HubOptions{Store: index.New(memtables.Open), Tokens: NewStaticTokens(testTokens), PongWait: time.Minute})
+			hub, err := NewHub(HubOptions{
+				Store: index.New(memtables.Open), Tokens: &revocableTokens{StaticTokens: NewStaticTokens(testTokens)}, PongWait: time.Minute,
+			})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,6 +124,7 @@ func TestShutdownCutsOffStalledEdges(t *testing.T) {
 			})
 			url := "ws" + strings.TrimPrefix(srv.URL, "http") + "/edge"
 
+			var stalled []*session
 			details := make(chan error, len(clusters))
 			for _, cluster := range clusters {
 				c := dialStalled(t, url)
@@ -104,6 +143,7 @@ func TestShutdownCutsOffStalledEdges(t *testing.T) {
 					details <- err
 				}()
 				s, _ := hub.active(cluster)
+				stalled = append(stalled, s)
 				conntest.Eventually(t, 10*time.Second, "the detail request to "+cluster+" holds the session's writes", func() error {
 					if s.writeMu.TryLock() {
 						s.writeMu.Unlock()
@@ -117,14 +157,20 @@ func TestShutdownCutsOffStalledEdges(t *testing.T) {
 				}
 			}
 
+			var again []*rawClient
+			if tc.again {
+				for range clusters {
+					again = append(again, dialRaw(t, url))
+				}
+			}
 			start := time.Now()
-			ended := make(chan struct{})
-			go func() {
-				defer close(ended)
-				tc.end(hub, cancel, stopped)
-			}()
+			ended := make(chan error, 1)
+			go func() { ended <- tc.end(hub, cancel, stopped, stalled, again) }()
 			select {
-			case <-ended:
+			case err := <-ended:
+				if err != nil {
+					t.Fatal(err)
+				}
 			case <-time.After(shutdownBound):
 				t.Fatalf("%s had not returned %s after it started: the stalled edges' writes wait for writeTimeout (%s), not shutdownGrace (%s)",
 					tc.name, shutdownBound, writeTimeout, shutdownGrace)

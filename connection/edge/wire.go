@@ -21,7 +21,9 @@ const (
 	writeTimeout = 30 * time.Second
 	// shutdownGrace bounds what a connection the hub ends at shutdown
 	// (Run's context ends) or disowns (Hub.DisownAll, which the
-	// replication collector uses at shutdown) still does: a write in
+	// replication collector uses at shutdown), supersedes (a new
+	// connection of the same edge instance) or ends for a revoked token
+	// (session.endCut) still does: a write in
 	// flight (an ack, a detail request), the Reject, the close
 	// handshake. Then the connection is cut off (conn.cutOff). A write
 	// to an edge that reads takes no time: what the manager sends is
