@@ -391,6 +391,7 @@ func TestWithholdWhileShuttingDown(t *testing.T) {
 type gatedStore struct {
 	*index.Store
 	gate        func() // nil: no gate
+	upsertGate  func() // nil: no gate; runs before every UpsertBatch
 	failUpserts atomic.Bool
 }
 
@@ -402,6 +403,9 @@ func (g *gatedStore) ApplySnapshot(ctx context.Context, cluster string, kinds []
 }
 
 func (g *gatedStore) UpsertBatch(ctx context.Context, rows []index.Object) error {
+	if g.upsertGate != nil {
+		g.upsertGate()
+	}
 	if g.failUpserts.Load() {
 		return errors.New("the index failed")
 	}

@@ -382,7 +382,17 @@ func (s *session) applyLoop(ctx context.Context) error {
 				return err
 			}
 			if err := s.write(&Message{Type: TypeAck, Ack: &Ack{Seq: m.Seq}}); err != nil {
-				return err
+				select {
+				case <-s.stop:
+					// The session is ending and its connection went
+					// meanwhile (a cut-off, the edge gone): the reason
+					// it ends for still decides what happens (a
+					// refusal's withhold), as when the ack had passed
+					// (review-shut14 L2).
+					return s.stopErr
+				default:
+					return err
+				}
 			}
 		}
 		if p := s.snap; p != nil && !time.Now().Before(p.deadline) {

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -234,4 +236,54 @@ func (l smallSendBuffers) Accept() (net.Conn, error) {
 		l.t.Errorf("setting the send buffer: %v", err)
 	}
 	return c, nil
+}
+
+// TestAckFailureKeepsTheRefusal (review-shut14 L2): a session ending over
+// a data refusal withholds its cluster's RBAC rows even when the ack of a
+// message it was still applying fails because the connection has gone
+// meanwhile (cut off shutdownGrace into a Disown, or the edge gone). The
+// edge's delta is held in the index until the edge has sent a malformed
+// message, which ends the session, and the connection is closed; the ack
+// of the delta then fails.
+func TestAckFailureKeepsTheRefusal(t *testing.T) {
+	const cluster = "edge-a"
+	policy := []index.Object{
+		rbacRow(cluster, clusterRoleKind, "", "cm-reader", rules("get", "configmaps")),
+		rbacRow(cluster, clusterRoleBindingKind, "", "alice-reads", boundTo(index.KindClusterRole, "cm-reader", "alice")),
+	}
+	var armed atomic.Bool
+	var once sync.Once
+	held, release := make(chan struct{}), make(chan struct{})
+	g := &gatedStore{Store: index.New(memtables.Open), upsertGate: func() {
+		if armed.Load() {
+			once.Do(func() { close(held) })
+			<-release
+		}
+	}}
+	h := newHubHarness(t, HubOptions{Store: g})
+	c := dialRaw(t, h.url)
+	c.welcome(cluster, "edge-a-1")
+	c.send(&Message{Type: TypeSnapshot, Snapshot: &Snapshot{
+		ID: 1, Final: true, Full: true, Rows: rawRows(t, policy), Kinds: []KindState{
+			{Kind: clusterRoleKind, Synced: true}, {Kind: clusterRoleBindingKind, Synced: true},
+		},
+	}})
+	c.awaitAck(c.seq)
+	s, _ := h.hub.active(cluster)
+	armed.Store(true)
+	c.send(&Message{Type: TypeDelta, Delta: &Delta{Upserts: rawRows(t, testRows(cluster, 1, "1"))}})
+	<-held
+	if err := c.writeRaw(websocket.MessageText, []byte("{")); err != nil {
+		t.Fatal(err)
+	}
+	<-s.stop
+	if re := asReject(s.stopErr); re == nil || re.Reason != ReasonMalformed {
+		t.Fatalf("the session ends for %v, want a malformed refusal", s.stopErr)
+	}
+	s.conn.closeNow()
+	close(release)
+	<-s.done
+	if got := g.PolicyRows(cluster); len(got) != 0 {
+		t.Errorf("RBAC rows after the refused session ended: %v, want none (withheld)", got)
+	}
 }
