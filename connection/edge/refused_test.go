@@ -446,7 +446,7 @@ func TestDisownWaitsForTheSession(t *testing.T) {
 	old.awaitAck(old.seq)
 	s, _ := h.hub.active(cluster)
 	old.send(&Message{Type: TypeDelta, Delta: &Delta{Upserts: rawRows(t, testRows(cluster, 20, "1"))}})
-	<-atWithhold // refused with quota; the withhold waits for Disown's end
+	awaitClosed(t, atWithhold, "the withhold of the session refused with quota") // it waits for Disown's end
 	go func() {
 		<-s.stop
 		close(disowning)

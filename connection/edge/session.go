@@ -389,6 +389,7 @@ func (s *session) applyLoop(ctx context.Context) error {
 					// it ends for still decides what happens (a
 					// refusal's withhold), as when the ack had passed
 					// (review-shut14 L2).
+					s.log.Debug("writing ack failed while the session ends", "seq", m.Seq, "err", err)
 					return s.stopErr
 				default:
 					return err

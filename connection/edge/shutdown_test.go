@@ -253,14 +253,18 @@ func TestAckFailureKeepsTheRefusal(t *testing.T) {
 	}
 	var armed atomic.Bool
 	var once sync.Once
-	held, release := make(chan struct{}), make(chan struct{})
+	held, gate := make(chan struct{}), make(chan struct{})
 	g := &gatedStore{Store: index.New(memtables.Open), upsertGate: func() {
 		if armed.Load() {
 			once.Do(func() { close(held) })
-			<-release
+			<-gate
 		}
 	}}
 	h := newHubHarness(t, HubOptions{Store: g})
+	// Registered after the harness, so it runs first: a test that fails
+	// while the write is held still lets the session, and the hub, end.
+	release := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(release)
 	c := dialRaw(t, h.url)
 	c.welcome(cluster, "edge-a-1")
 	c.send(&Message{Type: TypeSnapshot, Snapshot: &Snapshot{
@@ -272,18 +276,30 @@ func TestAckFailureKeepsTheRefusal(t *testing.T) {
 	s, _ := h.hub.active(cluster)
 	armed.Store(true)
 	c.send(&Message{Type: TypeDelta, Delta: &Delta{Upserts: rawRows(t, testRows(cluster, 1, "1"))}})
-	<-held
+	awaitClosed(t, held, "the delta's index write")
 	if err := c.writeRaw(websocket.MessageText, []byte("{")); err != nil {
 		t.Fatal(err)
 	}
-	<-s.stop
+	awaitClosed(t, s.stop, "the session's end after a malformed message")
 	if re := asReject(s.stopErr); re == nil || re.Reason != ReasonMalformed {
 		t.Fatalf("the session ends for %v, want a malformed refusal", s.stopErr)
 	}
 	s.conn.closeNow()
-	close(release)
-	<-s.done
+	release()
+	awaitClosed(t, s.done, "the session's last step")
 	if got := g.PolicyRows(cluster); len(got) != 0 {
 		t.Errorf("RBAC rows after the refused session ended: %v, want none (withheld)", got)
+	}
+}
+
+// awaitClosed fails the test if ch is not closed within a minute: a
+// failure detector, so that a regression fails with what it waited for
+// instead of running into go test's timeout.
+func awaitClosed(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(time.Minute):
+		t.Fatalf("waited a minute for %s", what)
 	}
 }
